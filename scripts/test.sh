@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Runs every test of dedupflow against real servers: it installs what is missing
+# (Redis, PostgreSQL, Chromium, the official Pub/Sub emulator, the Node client),
+# starts each on a free loopback port, exports where they are, then runs
+# go vet and go test -race. Services stop when the script exits.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+work=$(mktemp -d /tmp/dedupflow-test.XXXXXX)
+chmod 755 "$work"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  if [ -n "${pgdata:-}" ] && [ -d "$pgdata" ]; then
+    runuser -u postgres -- "$pgbin/pg_ctl" -D "$pgdata" -m immediate stop >/dev/null 2>&1 || true
+  fi
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# --- install what is missing -------------------------------------------------
+emulator=/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator
+need=()
+command -v redis-server >/dev/null || need+=(redis-server)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql)
+command -v chromium >/dev/null || need+=(chromium)
+[ -x "$emulator" ] || need+=(google-cloud-cli-pubsub-emulator)
+command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+command -v node >/dev/null || need+=(nodejs npm)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing ${need[*]}: install them (as root: apt-get install -y ${need[*]})" >&2
+    exit 1
+  fi
+  log "installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+waitport() { # host port seconds
+  for _ in $(seq 1 $(( $3 * 10 ))); do
+    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "nothing listens on $1:$2 after $3 s" >&2; return 1
+}
+
+# --- Redis ---------------------------------------------------------------------
+rport=$(freeport)
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+  >"$work/redis.log" 2>&1 &
+pids+=($!)
+waitport 127.0.0.1 "$rport" 20
+export DEDUPFLOW_REDIS_URL="redis://127.0.0.1:$rport/0"
+export DEDUPFLOW_REDIS_SERVER="$(command -v redis-server)"
+log "redis on $rport"
+
+# --- PostgreSQL (initdb as the unprivileged postgres user) ---------------------
+pgbin=/usr/lib/postgresql/15/bin
+pgdata="$work/pg"
+pport=$(freeport)
+mkdir -p "$pgdata" && chown postgres "$pgdata"
+runuser -u postgres -- "$pgbin/initdb" -D "$pgdata" -A trust -U postgres >/dev/null
+runuser -u postgres -- "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/log" -w \
+  -o "-p $pport -k $pgdata -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
+export DEDUPFLOW_POSTGRES_URL="postgres://postgres@127.0.0.1:$pport/postgres?sslmode=disable"
+log "postgres on $pport"
+
+# --- Google's official Pub/Sub emulator (the reference peer) -------------------
+eport=$(freeport)
+"$emulator" --host=127.0.0.1 --port="$eport" >"$work/emulator.log" 2>&1 &
+pids+=($!)
+waitport 127.0.0.1 "$eport" 60
+export DEDUPFLOW_EMULATOR_HOST="127.0.0.1:$eport"
+log "pubsub emulator on $eport"
+
+# --- Chromium and the Node client ---------------------------------------------
+export DEDUPFLOW_CHROMIUM="$(command -v chromium)"
+if [ -f "$root/testdata/node/package.json" ]; then
+  if [ ! -d "$root/testdata/node/node_modules" ]; then
+    log "npm install (official Node client)"
+    (cd "$root/testdata/node" && npm install --no-audit --no-fund --loglevel=error >/dev/null 2>&1) ||
+      (cd "$root/testdata/node" && npm install --no-audit --no-fund --loglevel=error)
+  fi
+  export DEDUPFLOW_NODE_DIR="$root/testdata/node"
+fi
+
+export DEDUPFLOW_REQUIRE_SERVICES=1
+log "go vet"
+go vet ./...
+log "go test"
+go test -race -count=1 -timeout 40m "$@" ./...
+log "fuzz (brief)"
+go test -run '^$' -fuzz '^FuzzParseTimestamp$' -fuzztime 10s ./dedup/
+go test -run '^$' -fuzz '^FuzzKeyOf$' -fuzztime 10s ./dedup/
