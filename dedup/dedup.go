@@ -1,0 +1,138 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Limits of the horizon.
+const (
+	MinHorizon     = time.Second
+	DefaultHorizon = 10 * time.Minute
+	DefaultLease   = 30 * time.Second
+)
+
+// Options configure a Deduper.
+type Options struct {
+	// Horizon is how long a committed key is remembered, fixed from the time
+	// it was first claimed: a duplicate does not extend it.
+	Horizon time.Duration
+	// Lease is how long a claim keeps other copies away before it may be
+	// taken over; it must outlast a sink write.
+	Lease time.Duration
+	// Now is the clock.
+	Now func() time.Time
+}
+
+// Validate checks the options, filling defaults.
+func (o *Options) Validate() error {
+	if o.Horizon == 0 {
+		o.Horizon = DefaultHorizon
+	}
+	if o.Horizon < MinHorizon {
+		return fmt.Errorf("horizon %v is below the minimum of %v", o.Horizon, MinHorizon)
+	}
+	if o.Lease == 0 {
+		o.Lease = DefaultLease
+	}
+	if o.Lease < 0 {
+		return fmt.Errorf("lease %v must be positive", o.Lease)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+// Ticket is a held claim, to Commit or Release.
+type Ticket struct {
+	Key   Key
+	MsgID string
+	Seen  time.Time
+}
+
+// Deduper runs the claim / commit / release protocol over a Store. It also
+// keeps the keys this process is writing right now, so a redelivery that
+// overtakes its own first delivery (an ack deadline that expired during a
+// slow write) waits instead of being written twice.
+type Deduper struct {
+	store Store
+	opt   Options
+
+	mu    sync.Mutex
+	local map[Key]string
+}
+
+// New returns a Deduper over store.
+func New(store Store, opt Options) (*Deduper, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, err
+	}
+	return &Deduper{store: store, opt: opt, local: make(map[Key]string)}, nil
+}
+
+// Horizon is the horizon in force.
+func (d *Deduper) Horizon() time.Duration { return d.opt.Horizon }
+
+// Lease is how long a claim holds.
+func (d *Deduper) Lease() time.Duration { return d.opt.Lease }
+
+// Claim asks for the right to write msgID under key k. Only with Proceed
+// does the caller hold a Ticket.
+func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Ticket, error) {
+	d.mu.Lock()
+	if _, busy := d.local[k]; busy {
+		d.mu.Unlock()
+		return Verdict{Status: InFlight}, Ticket{}, nil
+	}
+	d.local[k] = msgID
+	d.mu.Unlock()
+
+	now := d.opt.Now()
+	v, err := d.store.Claim(ctx, Claim{Key: k, MsgID: msgID, Now: now, LeaseUntil: now.Add(d.opt.Lease)})
+	if err != nil || v.Status != Proceed {
+		d.forget(k)
+		if err != nil {
+			return Verdict{}, Ticket{}, fmt.Errorf("claim key: %w", err)
+		}
+		return v, Ticket{}, nil
+	}
+	return v, Ticket{Key: k, MsgID: msgID, Seen: now}, nil
+}
+
+// Commit records the ticket's key as done, after the sink confirmed the
+// write. On error the key stays pending until its lease ends: the write is
+// in the sink, and a copy that slips through carries the key for the
+// downstream reader.
+func (d *Deduper) Commit(ctx context.Context, t Ticket) error {
+	defer d.forget(t.Key)
+	if err := d.store.Commit(ctx, t.Key, t.MsgID, t.Seen.Add(d.opt.Horizon)); err != nil {
+		return fmt.Errorf("commit key: %w", err)
+	}
+	return nil
+}
+
+// Release gives the key up after a failed write, so the message can be
+// retried.
+func (d *Deduper) Release(ctx context.Context, t Ticket) error {
+	defer d.forget(t.Key)
+	if err := d.store.Release(ctx, t.Key, t.MsgID); err != nil {
+		return fmt.Errorf("release key: %w", err)
+	}
+	return nil
+}
+
+func (d *Deduper) forget(k Key) {
+	d.mu.Lock()
+	delete(d.local, k)
+	d.mu.Unlock()
+}
+
+// Transient reports whether err is worth retrying (the store or sink was
+// unreachable) rather than a bug.
+func Transient(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+}

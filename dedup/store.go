@@ -1,0 +1,93 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Status is what a claim found.
+type Status uint8
+
+const (
+	// Proceed: the key is free (or was abandoned); the caller holds it now and
+	// must Commit after the sink confirmed the write, or Release.
+	Proceed Status = iota + 1
+	// Duplicate: the key was committed within the horizon; ack and drop.
+	Duplicate
+	// InFlight: another message with this key is being written right now;
+	// nack so it comes back, never drop it.
+	InFlight
+)
+
+func (s Status) String() string {
+	switch s {
+	case Proceed:
+		return "proceed"
+	case Duplicate:
+		return "duplicate"
+	case InFlight:
+		return "in_flight"
+	}
+	return "unknown"
+}
+
+// Kind tells the two kinds of duplicates apart.
+type Kind uint8
+
+const (
+	// Redelivery: the same message ID as the one that committed the key.
+	Redelivery Kind = iota + 1
+	// Republish: a different message carrying the same key.
+	Republish
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Redelivery:
+		return "redelivery"
+	case Republish:
+		return "republish"
+	}
+	return "none"
+}
+
+// Claim asks a store for the right to write one message.
+type Claim struct {
+	Key   Key
+	MsgID string
+	Now   time.Time
+	// LeaseUntil bounds how long this claim keeps other messages with the
+	// same key away; a claimant that dies is taken over after it.
+	LeaseUntil time.Time
+}
+
+// Verdict is a store's answer to a Claim.
+type Verdict struct {
+	Status Status
+	Kind   Kind // set when Status is Duplicate
+}
+
+// Store keeps the dedup horizon. Each method is atomic per key. Times are
+// passed in rather than read from a clock so every store agrees with the
+// injected one.
+//
+// Claim: committed and live → Duplicate; absent or expired → Proceed
+// (pending, leased to MsgID); pending with the same MsgID → Proceed (our own
+// earlier attempt died); pending with another MsgID and a live lease →
+// InFlight; pending with an expired lease → Proceed (taken over).
+//
+// Commit records the key as done until expires, whoever holds the lease (a
+// pending claim of another message is dropped): the sink already has the
+// write, so later copies are duplicates.
+//
+// Release drops a pending claim held by msgID, so the message can be retried.
+type Store interface {
+	Claim(ctx context.Context, c Claim) (Verdict, error)
+	Commit(ctx context.Context, k Key, msgID string, expires time.Time) error
+	Release(ctx context.Context, k Key, msgID string) error
+}
+
+// ErrUnavailable marks store errors that are worth retrying later (the
+// server is down or slow); callers nack and back off instead of dropping.
+var ErrUnavailable = errors.New("dedup store unavailable")
