@@ -1,0 +1,31 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Message is what a sink writes: a surviving input message, its dedup key
+// and its event time.
+type Message struct {
+	ID          string // the input's service-assigned message ID
+	Data        []byte
+	Attributes  map[string]string
+	PublishTime time.Time
+	EventTime   time.Time // from the timestamp attribute, else the publish time
+	// Key is the dedup key; empty for messages passed without dedup.
+	Key string
+}
+
+// Sink writes messages. Write returns only once the write is durable (a
+// publish acknowledged by the server, a committed row): the input is acked
+// after it, and the key recorded as done.
+type Sink interface {
+	Write(ctx context.Context, m *Message) error
+}
+
+// ErrPermanent marks a sink error that retrying cannot fix (the message is
+// too large for the output, say); the message goes to the dead-letter topic
+// instead of coming back forever.
+var ErrPermanent = errors.New("permanent sink error")

@@ -1,0 +1,150 @@
+package pipeline
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcome is what became of one received message.
+type Outcome string
+
+// Outcomes, as counted in dedupflow_messages_total{outcome}.
+const (
+	Emitted             Outcome = "emitted"
+	DuplicateRedelivery Outcome = "duplicate_redelivery"
+	DuplicateRepublish  Outcome = "duplicate_republish"
+	DeadLettered        Outcome = "dead_lettered"
+	InFlightConflict    Outcome = "in_flight_conflict"
+	// Retried messages were nacked to come back later: the store or sink
+	// failed, or the message was invalid and no dead-letter topic is set.
+	Retried Outcome = "retried"
+)
+
+var outcomes = []Outcome{Emitted, DuplicateRedelivery, DuplicateRepublish, DeadLettered, InFlightConflict, Retried}
+
+// Counts is a snapshot of the pipeline's counters.
+type Counts struct {
+	Received            int64
+	Emitted             int64
+	DuplicateRedelivery int64
+	DuplicateRepublish  int64
+	DeadLettered        int64
+	InFlightConflict    int64
+	Retried             int64
+	MissingID           int64
+}
+
+// metrics holds the counters as atomics, the one source of truth both for
+// Prometheus (through a collector that reads them) and for the console.
+type metrics struct {
+	received  atomic.Int64
+	outcome   [6]atomic.Int64 // indexed like outcomes
+	missingID atomic.Int64
+
+	producersMu sync.Mutex
+	producers   map[string]*atomic.Int64
+
+	latency   prometheus.Histogram // publish → emitted
+	storeTime prometheus.Histogram
+	sinkTime  prometheus.Histogram
+	horizon   func() int // live keys, when the store can tell
+}
+
+func newMetrics() *metrics {
+	buckets := prometheus.ExponentialBuckets(0.0005, 2, 16)
+	return &metrics{
+		producers: make(map[string]*atomic.Int64),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dedupflow_end_to_end_latency_seconds", Help: "Time from publish to emitted output.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
+		storeTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dedupflow_store_seconds", Help: "Latency of dedup store claims.", Buckets: buckets}),
+		sinkTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dedupflow_sink_seconds", Help: "Latency of sink writes.", Buckets: buckets}),
+	}
+}
+
+func (m *metrics) count(o Outcome) {
+	for i, x := range outcomes {
+		if x == o {
+			m.outcome[i].Add(1)
+			return
+		}
+	}
+}
+
+func (m *metrics) missing(producer string) {
+	m.missingID.Add(1)
+	m.producersMu.Lock()
+	c, ok := m.producers[producer]
+	if !ok {
+		c = new(atomic.Int64)
+		m.producers[producer] = c
+	}
+	m.producersMu.Unlock()
+	c.Add(1)
+}
+
+func (m *metrics) snapshot() Counts {
+	o := func(x Outcome) int64 {
+		for i, y := range outcomes {
+			if x == y {
+				return m.outcome[i].Load()
+			}
+		}
+		return 0
+	}
+	return Counts{
+		Received:            m.received.Load(),
+		Emitted:             o(Emitted),
+		DuplicateRedelivery: o(DuplicateRedelivery),
+		DuplicateRepublish:  o(DuplicateRepublish),
+		DeadLettered:        o(DeadLettered),
+		InFlightConflict:    o(InFlightConflict),
+		Retried:             o(Retried),
+		MissingID:           m.missingID.Load(),
+	}
+}
+
+func since(t time.Time, now time.Time) float64 { return now.Sub(t).Seconds() }
+
+var (
+	descReceived = prometheus.NewDesc("dedupflow_received_total", "Messages received from the input.", nil, nil)
+	descMessages = prometheus.NewDesc("dedupflow_messages_total", "Received messages by outcome.", []string{"outcome"}, nil)
+	descMissing  = prometheus.NewDesc("dedupflow_missing_id_total",
+		"Messages without the id attribute, by the producer attribute's value.", []string{"producer"}, nil)
+	descHorizon = prometheus.NewDesc("dedupflow_horizon_keys", "Keys held in the dedup horizon.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descReceived
+	ch <- descMessages
+	ch <- descMissing
+	ch <- descHorizon
+	m.latency.Describe(ch)
+	m.storeTime.Describe(ch)
+	m.sinkTime.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.CounterValue, float64(m.received.Load()))
+	for i, o := range outcomes {
+		ch <- prometheus.MustNewConstMetric(descMessages, prometheus.CounterValue, float64(m.outcome[i].Load()), string(o))
+	}
+	m.producersMu.Lock()
+	for p, c := range m.producers {
+		ch <- prometheus.MustNewConstMetric(descMissing, prometheus.CounterValue, float64(c.Load()), p)
+	}
+	m.producersMu.Unlock()
+	if m.horizon != nil {
+		ch <- prometheus.MustNewConstMetric(descHorizon, prometheus.GaugeValue, float64(m.horizon()))
+	}
+	m.latency.Collect(ch)
+	m.storeTime.Collect(ch)
+	m.sinkTime.Collect(ch)
+}

@@ -1,0 +1,266 @@
+// Package pipeline is the dedup pipeline: it receives Pub/Sub messages,
+// drops redeliveries and republished copies within the horizon, writes the
+// survivors to a sink, and acks each input only after its output is durable.
+//
+// Per message: derive the key; claim it; write to the sink; commit the key;
+// ack. A sink or store failure releases the key and nacks, so nothing is
+// lost; a crash between write and commit can at worst emit one extra copy,
+// and that copy carries the key in an attribute for the next reader.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dedupflow/dedupflow/dedup"
+)
+
+// Attributes the pipeline sets on dead-lettered messages.
+const (
+	AttrError           = "dedupflow_error"
+	AttrSourceMessageID = "dedupflow_source_message_id"
+	DefaultIDAttribute  = "dedupflow_id"
+)
+
+// Config configures a Pipeline.
+type Config struct {
+	Rule dedup.Rule
+	// TimestampAttribute holds the event time (ms since the epoch or RFC
+	// 3339); empty means the publish time.
+	TimestampAttribute string
+	// ProducerAttribute labels missing-id counts, so the one producer in a
+	// fleet that forgets the key can be found.
+	ProducerAttribute string
+	// OutputIDAttribute carries the key on outputs.
+	OutputIDAttribute string
+	// WriteTimeout bounds one sink write; it must be shorter than the lease.
+	WriteTimeout time.Duration
+	// Shadow makes and counts every decision but emits every message, to
+	// measure duplicate rates before turning dedup on.
+	Shadow bool
+}
+
+// Deps are what a Pipeline talks to.
+type Deps struct {
+	Deduper    *dedup.Deduper
+	Sink       Sink
+	DeadLetter Sink // nil: invalid messages are nacked and logged
+	Logger     *slog.Logger
+	Now        func() time.Time
+	Registerer prometheus.Registerer // nil: no metrics exported
+	// HorizonKeys reports the store's live keys for the gauge, if it can.
+	HorizonKeys func() int
+}
+
+// Pipeline dedups one stream.
+type Pipeline struct {
+	cfg   Config
+	dd    *dedup.Deduper
+	sink  Sink
+	dl    Sink
+	log   *slog.Logger
+	now   func() time.Time
+	m     *metrics
+	store *health
+	out   *health
+}
+
+// New validates cfg and returns a Pipeline.
+func New(cfg Config, d Deps) (*Pipeline, error) {
+	if d.Deduper == nil || d.Sink == nil {
+		return nil, errors.New("pipeline needs a deduper and a sink")
+	}
+	if cfg.OutputIDAttribute == "" {
+		cfg.OutputIDAttribute = cfg.Rule.IDAttribute
+		if cfg.OutputIDAttribute == "" {
+			cfg.OutputIDAttribute = DefaultIDAttribute
+		}
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = d.Deduper.Lease() / 2
+	}
+	if cfg.WriteTimeout >= d.Deduper.Lease() {
+		return nil, fmt.Errorf("write timeout %v must be shorter than the claim lease %v", cfg.WriteTimeout, d.Deduper.Lease())
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	p := &Pipeline{cfg: cfg, dd: d.Deduper, sink: d.Sink, dl: d.DeadLetter, log: d.Logger, now: d.Now, m: newMetrics()}
+	p.m.horizon = d.HorizonKeys
+	p.store = newHealth("dedup store", p.log, d.Now)
+	p.out = newHealth("sink", p.log, d.Now)
+	if d.Registerer != nil {
+		if err := d.Registerer.Register(p.m); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// Counts returns the counters so far.
+func (p *Pipeline) Counts() Counts { return p.m.snapshot() }
+
+// Ready reports whether the store and the sink are reachable.
+func (p *Pipeline) Ready() bool { return p.store.ready() && p.out.ready() }
+
+// Receiver is the input: a *pubsub.Subscriber.
+type Receiver interface {
+	Receive(ctx context.Context, f func(context.Context, *pubsub.Message)) error
+}
+
+// Run receives until ctx is done. In-flight messages are finished (their
+// writes are bounded by WriteTimeout) or nacked before it returns.
+func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
+	err := in.Receive(ctx, func(ctx context.Context, m *pubsub.Message) {
+		if p.Handle(ctx, m) {
+			m.Ack()
+		} else {
+			m.Nack()
+		}
+	})
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("receive: %w", err)
+	}
+	return nil
+}
+
+// Handle processes one message and reports whether to ack it (true) or
+// nack it so it comes back (false).
+func (p *Pipeline) Handle(ctx context.Context, in *pubsub.Message) bool {
+	p.m.received.Add(1)
+	o := p.handle(ctx, in)
+	p.m.count(o)
+	return o != Retried && o != InFlightConflict
+}
+
+func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
+	m := &Message{ID: in.ID, Data: in.Data, Attributes: in.Attributes, PublishTime: in.PublishTime, EventTime: in.PublishTime}
+	if a := p.cfg.TimestampAttribute; a != "" {
+		t, err := dedup.ParseTimestamp(in.Attributes[a])
+		if err != nil {
+			return p.deadLetter(ctx, m, fmt.Errorf("attribute %q: %w", a, err))
+		}
+		m.EventTime = t
+	}
+	key, src, missing, err := p.cfg.Rule.Derive(in.Attributes, in.ID)
+	if missing {
+		p.m.missing(in.Attributes[p.cfg.ProducerAttribute])
+	}
+	if err != nil {
+		return p.deadLetter(ctx, m, err)
+	}
+	if src == dedup.NoKey {
+		return p.emit(ctx, m, nil)
+	}
+	m.Key = key
+
+	if err := p.store.wait(ctx); err != nil {
+		return Retried
+	}
+	start := p.now()
+	v, t, err := p.dd.Claim(ctx, dedup.KeyOf(key), in.ID)
+	p.m.storeTime.Observe(since(start, p.now()))
+	if err != nil {
+		p.store.fail(err)
+		return Retried
+	}
+	p.store.ok()
+	switch v.Status {
+	case dedup.Duplicate:
+		o := DuplicateRepublish
+		if v.Kind == dedup.Redelivery {
+			o = DuplicateRedelivery
+		}
+		if p.cfg.Shadow {
+			if r := p.emit(ctx, m, nil); r != Emitted {
+				return r
+			}
+		}
+		return o
+	case dedup.InFlight:
+		return InFlightConflict
+	}
+	return p.emit(ctx, m, &t)
+}
+
+// emit writes m to the sink; with a ticket, it commits or releases the key.
+func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket) Outcome {
+	if m.Key != "" {
+		attrs := make(map[string]string, len(m.Attributes)+1)
+		for k, v := range m.Attributes {
+			attrs[k] = v
+		}
+		attrs[p.cfg.OutputIDAttribute] = m.Key
+		m.Attributes = attrs
+	}
+	err := p.out.wait(ctx)
+	if err == nil {
+		// The write outlives a shutdown signal: finishing it (and acking)
+		// is better than leaving a key pending until its lease runs out.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.WriteTimeout)
+		start := p.now()
+		err = p.sink.Write(wctx, m)
+		cancel()
+		p.m.sinkTime.Observe(since(start, p.now()))
+	}
+	bg := context.WithoutCancel(ctx)
+	if err != nil {
+		if t != nil {
+			if rerr := p.dd.Release(bg, *t); rerr != nil {
+				p.log.Warn("release after a failed write; the key stays claimed until its lease ends",
+					"key", m.Key, "message_id", m.ID, "err", rerr)
+			}
+		}
+		if errors.Is(err, ErrPermanent) {
+			return p.deadLetter(ctx, m, err)
+		}
+		if ctx.Err() == nil {
+			p.out.fail(err)
+		}
+		return Retried
+	}
+	p.out.ok()
+	if t != nil {
+		if err := p.dd.Commit(bg, *t); err != nil {
+			// The output is written; acking is right. Until the lease
+			// ends, copies wait; after it, one may pass, carrying the key.
+			p.log.Warn("commit after write failed", "key", m.Key, "message_id", m.ID, "err", err)
+		}
+	}
+	p.m.latency.Observe(since(m.PublishTime, p.now()))
+	return Emitted
+}
+
+// deadLetter sends an invalid message to the dead-letter topic with the
+// reason, or, without one, leaves it unacked: it is never dropped.
+func (p *Pipeline) deadLetter(ctx context.Context, m *Message, reason error) Outcome {
+	if p.dl == nil {
+		p.log.Warn("invalid message nacked (set a dead-letter topic to move it aside)",
+			"message_id", m.ID, "reason", reason)
+		return Retried
+	}
+	attrs := make(map[string]string, len(m.Attributes)+2)
+	for k, v := range m.Attributes {
+		attrs[k] = v
+	}
+	attrs[AttrError] = reason.Error()
+	attrs[AttrSourceMessageID] = m.ID
+	dl := &Message{ID: m.ID, Data: m.Data, Attributes: attrs, PublishTime: m.PublishTime, EventTime: m.EventTime}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.WriteTimeout)
+	defer cancel()
+	if err := p.dl.Write(wctx, dl); err != nil {
+		p.log.Warn("dead-letter write failed; message nacked", "message_id", m.ID, "reason", reason, "err", err)
+		return Retried
+	}
+	p.log.Info("message dead-lettered", "message_id", m.ID, "reason", reason)
+	return DeadLettered
+}
