@@ -1,0 +1,64 @@
+package pubsubio
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// EnsureTopic creates the topic unless it exists.
+func EnsureTopic(ctx context.Context, c *pubsub.Client, t Name) error {
+	_, err := c.TopicAdminClient.CreateTopic(ctx, &pubsubpb.Topic{Name: t.String()})
+	if err != nil && status.Code(err) != codes.AlreadyExists {
+		return fmt.Errorf("create topic %s: %w", t, err)
+	}
+	return nil
+}
+
+// EnsureSubscription creates a subscription to topic unless it exists.
+func EnsureSubscription(ctx context.Context, c *pubsub.Client, s, topic Name, ackDeadlineSeconds int32) error {
+	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: s.String(), Topic: topic.String(), AckDeadlineSeconds: ackDeadlineSeconds,
+	})
+	if err != nil && status.Code(err) != codes.AlreadyExists {
+		return fmt.Errorf("create subscription %s: %w", s, err)
+	}
+	return nil
+}
+
+// TempSubscription creates a subscription of its own on topic, named after
+// it as Dataflow does, for a pipeline started with --input-topic. Like any
+// new subscription it sees only messages published from now on.
+func TempSubscription(ctx context.Context, c *pubsub.Client, topic Name, ackDeadlineSeconds int32) (Name, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return Name{}, fmt.Errorf("name subscription: %w", err)
+	}
+	id := topic.ID + ".dedupflow-" + hex.EncodeToString(b[:])
+	if len(id) > 255 {
+		id = "dedupflow-" + hex.EncodeToString(b[:])
+	}
+	s := Name{Project: topic.Project, Kind: "subscriptions", ID: id}
+	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: s.String(), Topic: topic.String(), AckDeadlineSeconds: ackDeadlineSeconds,
+	})
+	if err != nil {
+		return Name{}, fmt.Errorf("create subscription on %s: %w", topic, err)
+	}
+	return s, nil
+}
+
+// DeleteSubscription removes a subscription.
+func DeleteSubscription(ctx context.Context, c *pubsub.Client, s Name) error {
+	err := c.SubscriptionAdminClient.DeleteSubscription(ctx, &pubsubpb.DeleteSubscriptionRequest{Subscription: s.String()})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return fmt.Errorf("delete subscription %s: %w", s, err)
+	}
+	return nil
+}

@@ -1,0 +1,46 @@
+package pubsubio
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/dedupflow/dedupflow/pipeline"
+)
+
+// TopicSink publishes messages to a topic and returns once the server
+// acknowledged the publish.
+type TopicSink struct {
+	p *pubsub.Publisher
+}
+
+var _ pipeline.Sink = (*TopicSink)(nil)
+
+// NewTopicSink publishes to topic through c. Publish attempts give up after
+// timeout, so a write never outlives the claim lease that guards it.
+func NewTopicSink(c *pubsub.Client, topic Name, timeout time.Duration) *TopicSink {
+	p := c.Publisher(topic.String())
+	p.PublishSettings.Timeout = timeout
+	p.PublishSettings.CountThreshold = 500
+	p.PublishSettings.DelayThreshold = 5 * time.Millisecond
+	return &TopicSink{p: p}
+}
+
+// Write implements pipeline.Sink.
+func (s *TopicSink) Write(ctx context.Context, m *pipeline.Message) error {
+	r := s.p.Publish(ctx, &pubsub.Message{Data: m.Data, Attributes: m.Attributes})
+	if _, err := r.Get(ctx); err != nil {
+		if status.Code(err) == codes.InvalidArgument {
+			return fmt.Errorf("publish to %s: %w: %w", s.p, pipeline.ErrPermanent, err)
+		}
+		return fmt.Errorf("publish to %s: %w", s.p, err)
+	}
+	return nil
+}
+
+// Stop flushes what is queued and stops the publisher.
+func (s *TopicSink) Stop() { s.p.Stop() }
