@@ -1,0 +1,66 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+)
+
+// newFlags returns a flag set that reports errors instead of exiting.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("dedupflow "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parse reads args, then fills flags left unset from the environment
+// (DEDUPFLOW_ plus the flag name in capitals, dashes as underscores): flags
+// win over the environment. Positional arguments are an error.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		env := "DEDUPFLOW_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", env, v, e)
+			}
+		}
+	})
+	return err
+}
+
+type logFlags struct{ format, level string }
+
+func (l *logFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
+	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(l.level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.level)
+	}
+	o := &slog.HandlerOptions{Level: lv}
+	switch l.format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", l.format)
+}

@@ -1,0 +1,67 @@
+// Command dedupflow removes Pub/Sub duplicates — redeliveries and
+// republished copies — and runs the whole tutorial on one machine.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"up", "run the tutorial: broker, dedup pipeline and web console", runUp},
+		{"pipeline", "dedup a subscription (or topic) into a topic or database", runPipeline},
+		{"broker", "serve a Pub/Sub-compatible broker", runBroker},
+		{"publish", "publish messages, optionally as retried copies", runPublish},
+		{"subscribe", "print the messages of a subscription", runSubscribe},
+		{"loadgen", "publish logical events with duplicates, for tests and benchmarks", runLoadgen},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "dedupflow:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return errors.New("no command given")
+		}
+		return flag.ErrHelp
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	usage(stderr)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: dedupflow COMMAND [flags]\n\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun dedupflow COMMAND -h for its flags.")
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/pubsubio"
+)
+
+// job is a configured pipeline, shared by `pipeline` and `up`.
+type job struct {
+	project        string
+	inSub, inTopic string
+	outTopic       string
+	deadLetter     string
+	idAttr         string
+	tsAttr         string
+	producerAttr   string
+	outIDAttr      string
+	horizon        time.Duration
+	missing        string
+	state          string
+	shadow         bool
+	maxOutstanding int
+	metricsAddr    string
+}
+
+func (j *job) register(fs *flag.FlagSet) {
+	fs.StringVar(&j.project, "project", "", "Google Cloud project of short resource IDs")
+	fs.StringVar(&j.inSub, "input-subscription", "", "subscription to read (ID or projects/P/subscriptions/S)")
+	fs.StringVar(&j.inTopic, "input-topic", "", "topic to read through a subscription of our own, removed on exit")
+	fs.StringVar(&j.outTopic, "output-topic", "", "topic the survivors are published to")
+	fs.StringVar(&j.deadLetter, "dead-letter-topic", "", "topic for messages that cannot be processed, with the reason")
+	fs.StringVar(&j.idAttr, "id-attribute", "", "attribute holding the publisher's stable key (empty: the message ID)")
+	fs.StringVar(&j.tsAttr, "timestamp-attribute", "", "attribute holding the event time (ms since epoch or RFC 3339)")
+	fs.StringVar(&j.producerAttr, "producer-attribute", "", "attribute naming the producer, to label missing-key counts")
+	fs.StringVar(&j.outIDAttr, "output-id-attribute", "", "attribute carrying the key on outputs (default: --id-attribute, or dedupflow_id)")
+	fs.DurationVar(&j.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
+	fs.StringVar(&j.missing, "missing-id", "fallback", "a message without the id attribute: fallback (to the message ID), reject (dead-letter) or pass")
+	fs.StringVar(&j.state, "state", "mem", "where the horizon lives: mem")
+	fs.BoolVar(&j.shadow, "shadow", false, "decide and count duplicates but emit every message")
+	fs.IntVar(&j.maxOutstanding, "max-outstanding", 1000, "messages held at once")
+	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
+}
+
+// names resolves and checks the resource flags.
+func (j *job) names() (in, out, dl pubsubio.Name, fromTopic bool, err error) {
+	switch {
+	case j.inSub != "" && j.inTopic != "":
+		err = errors.New("give --input-subscription or --input-topic, not both")
+	case j.inSub != "":
+		in, err = pubsubio.SubscriptionName(j.project, j.inSub)
+	case j.inTopic != "":
+		in, err = pubsubio.TopicName(j.project, j.inTopic)
+		fromTopic = true
+	default:
+		err = errors.New("missing input: give --input-subscription or --input-topic")
+	}
+	if err != nil {
+		return
+	}
+	if j.outTopic == "" {
+		err = errors.New("missing output: give --output-topic")
+		return
+	}
+	if out, err = pubsubio.TopicName(j.project, j.outTopic); err != nil {
+		return
+	}
+	if j.deadLetter != "" {
+		dl, err = pubsubio.TopicName(j.project, j.deadLetter)
+	}
+	return
+}
+
+func (j *job) config() (pipeline.Config, dedup.Options, error) {
+	missing, err := dedup.ParseMissing(j.missing)
+	if err != nil {
+		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--missing-id: %w", err)
+	}
+	if missing != dedup.Fallback && j.idAttr == "" {
+		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--missing-id %s needs --id-attribute", j.missing)
+	}
+	if missing == dedup.Reject && j.deadLetter == "" {
+		return pipeline.Config{}, dedup.Options{}, errors.New("--missing-id reject needs --dead-letter-topic to send rejected messages to")
+	}
+	if j.maxOutstanding < 1 {
+		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--max-outstanding %d must be at least 1", j.maxOutstanding)
+	}
+	opt := dedup.Options{Horizon: j.horizon}
+	if j.horizon < dedup.MinHorizon {
+		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--horizon %v is below the minimum of %v", j.horizon, dedup.MinHorizon)
+	}
+	return pipeline.Config{
+		Rule:               dedup.Rule{IDAttribute: j.idAttr, Missing: missing},
+		TimestampAttribute: j.tsAttr,
+		ProducerAttribute:  j.producerAttr,
+		OutputIDAttribute:  j.outIDAttr,
+		Shadow:             j.shadow,
+	}, opt, nil
+}
+
+// project picks the client's project: the flag, or the input's.
+func (j *job) clientProject(in pubsubio.Name) string {
+	if j.project != "" {
+		return j.project
+	}
+	return in.Project
+}
+
+func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var j job
+	var lf logFlags
+	fs := newFlags("pipeline", stderr)
+	j.register(fs)
+	lf.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	if _, _, _, _, err := j.names(); err != nil {
+		return err
+	}
+	if _, _, err := j.config(); err != nil {
+		return err
+	}
+	in, _, _, _, _ := j.names()
+	c, err := pubsubio.NewClient(ctx, j.clientProject(in))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return j.run(ctx, c, log, nil)
+}
+
+// run wires and runs the pipeline until ctx is done. started, if set, gets
+// the pipeline once it receives.
+func (j *job) run(ctx context.Context, c *pubsub.Client, log *slog.Logger, started func(*pipeline.Pipeline)) error {
+	in, out, dlName, fromTopic, err := j.names()
+	if err != nil {
+		return err
+	}
+	cfg, opt, err := j.config()
+	if err != nil {
+		return err
+	}
+	st, closeStore, err := openState(ctx, j.state, j.horizon, log)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	opt.Now = time.Now
+	dd, err := dedup.New(st, opt)
+	if err != nil {
+		return err
+	}
+	cfg.WriteTimeout = dd.Lease() / 2
+	sink := pubsubio.NewTopicSink(c, out, cfg.WriteTimeout)
+	defer sink.Stop()
+	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: log, Now: time.Now}
+	if dlName.ID != "" {
+		dl := pubsubio.NewTopicSink(c, dlName, cfg.WriteTimeout)
+		defer dl.Stop()
+		deps.DeadLetter = dl
+	}
+	if l, ok := st.(interface{ Len() int }); ok {
+		deps.HorizonKeys = l.Len
+	}
+	reg := prometheus.NewRegistry()
+	deps.Registerer = reg
+	p, err := pipeline.New(cfg, deps)
+	if err != nil {
+		return err
+	}
+	if j.metricsAddr != "" {
+		stopMetrics, err := serveMetrics(ctx, j.metricsAddr, reg, p.Ready, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+
+	subName := in
+	if fromTopic {
+		subName, err = pubsubio.TempSubscription(ctx, c, in, 60)
+		if err != nil {
+			return err
+		}
+		log.Info("reading topic through a subscription of our own", "topic", in.String(), "subscription", subName.String())
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := pubsubio.DeleteSubscription(dctx, c, subName); err != nil {
+				log.Warn("could not remove our subscription", "subscription", subName.String(), "err", err)
+			}
+		}()
+	}
+	sub := c.Subscriber(subName.String())
+	sub.ReceiveSettings.MaxOutstandingMessages = j.maxOutstanding
+	sub.ReceiveSettings.NumGoroutines = 2
+	log.Info("pipeline running", "input", subName.String(), "output", out.String(),
+		"id_attribute", cfg.Rule.IDAttribute, "horizon", opt.Horizon.String(), "state", j.state, "shadow", cfg.Shadow)
+	if started != nil {
+		started(p)
+	}
+	err = p.Run(ctx, sub)
+	c2 := p.Counts()
+	log.Info("pipeline stopped", "received", c2.Received, "emitted", c2.Emitted,
+		"redeliveries", c2.DuplicateRedelivery, "republishes", c2.DuplicateRepublish,
+		"dead_lettered", c2.DeadLettered, "missing_id", c2.MissingID)
+	return err
+}
