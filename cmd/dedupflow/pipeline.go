@@ -30,6 +30,8 @@ type job struct {
 	horizon        time.Duration
 	missing        string
 	state          string
+	sink           string
+	table          string
 	shadow         bool
 	maxOutstanding int
 	metricsAddr    string
@@ -48,6 +50,8 @@ func (j *job) register(fs *flag.FlagSet) {
 	fs.DurationVar(&j.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
 	fs.StringVar(&j.missing, "missing-id", "fallback", "a message without the id attribute: fallback (to the message ID), reject (dead-letter) or pass")
 	fs.StringVar(&j.state, "state", "mem", "where the horizon lives: mem")
+	fs.StringVar(&j.sink, "sink", "pubsub", "where survivors go: pubsub (the output topic)")
+	fs.StringVar(&j.table, "table", "events", "table of a database sink")
 	fs.BoolVar(&j.shadow, "shadow", false, "decide and count duplicates but emit every message")
 	fs.IntVar(&j.maxOutstanding, "max-outstanding", 1000, "messages held at once")
 	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
@@ -69,12 +73,14 @@ func (j *job) names() (in, out, dl pubsubio.Name, fromTopic bool, err error) {
 	if err != nil {
 		return
 	}
-	if j.outTopic == "" {
-		err = errors.New("missing output: give --output-topic")
+	if j.outTopic == "" && (j.sink == "pubsub" || j.sink == "") {
+		err = errors.New("missing output: give --output-topic (or another --sink)")
 		return
 	}
-	if out, err = pubsubio.TopicName(j.project, j.outTopic); err != nil {
-		return
+	if j.outTopic != "" {
+		if out, err = pubsubio.TopicName(j.project, j.outTopic); err != nil {
+			return
+		}
 	}
 	if j.deadLetter != "" {
 		dl, err = pubsubio.TopicName(j.project, j.deadLetter)
@@ -167,8 +173,11 @@ func (j *job) run(ctx context.Context, c *pubsub.Client, log *slog.Logger, start
 		return err
 	}
 	cfg.WriteTimeout = dd.Lease() / 2
-	sink := pubsubio.NewTopicSink(c, out, cfg.WriteTimeout)
-	defer sink.Stop()
+	sink, closeSink, err := openSink(ctx, sinkSpec{spec: j.sink, table: j.table, client: c, topic: out, timeout: cfg.WriteTimeout, log: log})
+	if err != nil {
+		return err
+	}
+	defer closeSink()
 	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: log, Now: time.Now}
 	if dlName.ID != "" {
 		dl := pubsubio.NewTopicSink(c, dlName, cfg.WriteTimeout)
@@ -210,7 +219,7 @@ func (j *job) run(ctx context.Context, c *pubsub.Client, log *slog.Logger, start
 	sub := c.Subscriber(subName.String())
 	sub.ReceiveSettings.MaxOutstandingMessages = j.maxOutstanding
 	sub.ReceiveSettings.NumGoroutines = 2
-	log.Info("pipeline running", "input", subName.String(), "output", out.String(),
+	log.Info("pipeline running", "input", subName.String(), "sink", j.sink, "output", out.String(),
 		"id_attribute", cfg.Rule.IDAttribute, "horizon", opt.Horizon.String(), "state", j.state, "shadow", cfg.Shadow)
 	if started != nil {
 		started(p)
