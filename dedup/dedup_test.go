@@ -1,0 +1,157 @@
+package dedup_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/store/mem"
+)
+
+// clock is a settable test clock.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time      { return c.t }
+func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
+func newClock() *clock               { return &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestDeduperProtocol(t *testing.T) {
+	ctx := context.Background()
+	k := dedup.KeyOf("456")
+	type step struct {
+		op     string // claim, commit, release, wait
+		msgID  string
+		status dedup.Status
+		kind   dedup.Kind
+		wait   time.Duration
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"first copy proceeds, later copies are republishes", []step{
+			{op: "claim", msgID: "m2", status: dedup.Proceed},
+			{op: "commit", msgID: "m2"},
+			{op: "claim", msgID: "m3", status: dedup.Duplicate, kind: dedup.Republish},
+			{op: "claim", msgID: "m4", status: dedup.Duplicate, kind: dedup.Republish},
+		}},
+		{"same message again is a redelivery", []step{
+			{op: "claim", msgID: "m2", status: dedup.Proceed},
+			{op: "commit", msgID: "m2"},
+			{op: "claim", msgID: "m2", status: dedup.Duplicate, kind: dedup.Redelivery},
+		}},
+		{"copy while the first is being written waits", []step{
+			{op: "claim", msgID: "m2", status: dedup.Proceed},
+			{op: "claim", msgID: "m3", status: dedup.InFlight},
+			{op: "commit", msgID: "m2"},
+			{op: "claim", msgID: "m3", status: dedup.Duplicate, kind: dedup.Republish},
+		}},
+		{"redelivery overtaking its own write waits", []step{
+			{op: "claim", msgID: "m2", status: dedup.Proceed},
+			{op: "claim", msgID: "m2", status: dedup.InFlight},
+		}},
+		{"failed write releases: the next copy proceeds", []step{
+			{op: "claim", msgID: "m2", status: dedup.Proceed},
+			{op: "release", msgID: "m2"},
+			{op: "claim", msgID: "m2", status: dedup.Proceed},
+			{op: "commit", msgID: "m2"},
+			{op: "claim", msgID: "m3", status: dedup.Duplicate, kind: dedup.Republish},
+		}},
+		{"after the horizon a copy passes", []step{
+			{op: "claim", msgID: "m2", status: dedup.Proceed},
+			{op: "commit", msgID: "m2"},
+			{op: "wait", wait: 10*time.Minute - time.Second},
+			{op: "claim", msgID: "m3", status: dedup.Duplicate, kind: dedup.Republish},
+			{op: "wait", wait: 2 * time.Second},
+			{op: "claim", msgID: "m4", status: dedup.Proceed},
+		}},
+		{"horizon counts from first sight, not from commit", []step{
+			{op: "claim", msgID: "m2", status: dedup.Proceed},
+			{op: "wait", wait: 4 * time.Minute},
+			{op: "commit", msgID: "m2"},
+			{op: "wait", wait: 6*time.Minute + time.Second},
+			{op: "claim", msgID: "m3", status: dedup.Proceed},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			clk := newClock()
+			d := must(dedup.New(mem.New(), dedup.Options{Horizon: 10 * time.Minute, Now: clk.now}))
+			tickets := map[string]dedup.Ticket{}
+			for i, s := range c.steps {
+				switch s.op {
+				case "claim":
+					v, tk, err := d.Claim(ctx, k, s.msgID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if v.Status != s.status || v.Kind != s.kind {
+						t.Fatalf("step %d: claim %s = %v/%v, want %v/%v", i, s.msgID, v.Status, v.Kind, s.status, s.kind)
+					}
+					if v.Status == dedup.Proceed {
+						tickets[s.msgID] = tk
+					}
+				case "commit":
+					if err := d.Commit(ctx, tickets[s.msgID]); err != nil {
+						t.Fatal(err)
+					}
+				case "release":
+					if err := d.Release(ctx, tickets[s.msgID]); err != nil {
+						t.Fatal(err)
+					}
+				case "wait":
+					clk.add(s.wait)
+				}
+			}
+		})
+	}
+}
+
+// flaky is a store that is down while down is set.
+type flaky struct {
+	dedup.Store
+	down bool
+}
+
+func (f *flaky) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error) {
+	if f.down {
+		return dedup.Verdict{}, fmt.Errorf("dial: %w", dedup.ErrUnavailable)
+	}
+	return f.Store.Claim(ctx, c)
+}
+
+func TestDeduperStoreDown(t *testing.T) {
+	st := &flaky{Store: mem.New(), down: true}
+	d := must(dedup.New(st, dedup.Options{}))
+	k := dedup.KeyOf("k")
+	if _, _, err := d.Claim(context.Background(), k, "m1"); !errors.Is(err, dedup.ErrUnavailable) || !dedup.Transient(err) {
+		t.Fatalf("claim on a down store: %v, want a transient ErrUnavailable", err)
+	}
+	// The failed claim must not leave the key busy in this process: once
+	// the store is back, the redelivered message proceeds.
+	st.down = false
+	if v, _, err := d.Claim(context.Background(), k, "m1"); err != nil || v.Status != dedup.Proceed {
+		t.Fatalf("after recovery: %v, %v; want proceed", v.Status, err)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []dedup.Options{{Horizon: 999 * time.Millisecond}, {Lease: -time.Second}} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+	o := dedup.Options{}
+	if err := o.Validate(); err != nil || o.Horizon != dedup.DefaultHorizon || o.Lease != dedup.DefaultLease {
+		t.Errorf("defaults: %+v, %v", o, err)
+	}
+}
