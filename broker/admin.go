@@ -1,0 +1,154 @@
+package broker
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+)
+
+// State changes of topics and subscriptions, shared by the RPC handlers and
+// log replay. All run with b.mu held.
+
+// putTopicLocked creates the topic with internal id, or replaces its
+// configuration.
+func (b *Broker) putTopicLocked(id uint64, tp *pb.Topic) *topic {
+	t := b.topicByID[id]
+	if t == nil {
+		t = &topic{id: id, subs: map[uint64]*subscription{}}
+		b.topicByID[id] = t
+	}
+	t.proto = tp
+	b.topics[tp.Name] = t
+	b.nextID = max(b.nextID, id+1)
+	t.updateRetainFor()
+	b.logTopic(t)
+	return t
+}
+
+// deleteTopicLocked removes the topic. Its subscriptions live on, detached,
+// with the topic shown as "_deleted-topic_", as in the service.
+func (b *Broker) deleteTopicLocked(t *topic) {
+	b.logDelete(recTopicDel, t.id)
+	for _, s := range t.subs {
+		s.topic = nil
+		s.proto.Topic = deletedTopic
+	}
+	delete(b.topics, t.proto.Name)
+	delete(b.topicByID, t.id)
+}
+
+func (b *Broker) putSubLocked(id uint64, t *topic, firstSeq uint64, sp *pb.Subscription) *subscription {
+	s := b.subByID[id]
+	if s == nil {
+		s = &subscription{id: id, firstSeq: firstSeq, keys: map[string]*keyState{},
+			leases: map[uint64]*lease{}, waiters: map[chan struct{}]struct{}{}}
+		if b.replaying {
+			s.replay = map[uint64]*message{}
+		}
+		b.subByID[id] = s
+	}
+	if s.topic != nil && s.topic != t {
+		delete(s.topic.subs, s.id)
+		s.topic.updateRetainFor()
+	}
+	s.proto, s.topic = sp, t
+	if t != nil {
+		t.subs[id] = s
+		t.updateRetainFor()
+	}
+	b.subs[sp.Name] = s
+	b.nextID = max(b.nextID, id+1)
+	b.logSub(s)
+	s.notify() // streams pick up changed settings
+	return s
+}
+
+func (b *Broker) deleteSubLocked(s *subscription) {
+	b.logDelete(recSubDel, s.id)
+	b.resetSubLocked(s)
+	if s.topic != nil {
+		delete(s.topic.subs, s.id)
+		s.topic.updateRetainFor()
+	}
+	delete(b.subs, s.proto.Name)
+	delete(b.subByID, s.id)
+	s.topic = nil
+	s.proto = proto.Clone(s.proto).(*pb.Subscription)
+	s.proto.Name = "" // marks it deleted for streams still attached
+	s.notify()
+}
+
+func (s *subscription) deleted() bool { return s.proto.Name == "" }
+
+// applyMask copies the fields named by mask from src to dst. Only top-level
+// fields are supported, which covers what the clients send.
+func applyMask(dst, src proto.Message, mask *fieldmaskpb.FieldMask, immutable ...string) error {
+	if len(mask.GetPaths()) == 0 {
+		return status.Error(codes.InvalidArgument, "update_mask must name at least one field")
+	}
+	d, s := dst.ProtoReflect(), src.ProtoReflect()
+	fields := d.Descriptor().Fields()
+	for _, path := range mask.Paths {
+		if slices.Contains(immutable, path) {
+			return status.Errorf(codes.InvalidArgument, "field %q cannot be updated", path)
+		}
+		fd := fields.ByName(protoreflect.Name(path))
+		if fd == nil {
+			return status.Errorf(codes.InvalidArgument, "unknown or unsupported field %q in update_mask (only top-level fields)", path)
+		}
+		if s.Has(fd) {
+			d.Set(fd, s.Get(fd))
+		} else {
+			d.Clear(fd)
+		}
+	}
+	return nil
+}
+
+// page returns the names after token, up to size, and the next token.
+func page(names []string, size int32, token string) ([]string, string, error) {
+	start := 0
+	if token != "" {
+		n, err := strconv.Atoi(token)
+		if err != nil || n < 0 || n > len(names) {
+			return nil, "", status.Errorf(codes.InvalidArgument, "invalid page_token %q", token)
+		}
+		start = n
+	}
+	if size <= 0 || size > 1000 {
+		size = 1000
+	}
+	end := min(start+int(size), len(names))
+	next := ""
+	if end < len(names) {
+		next = strconv.Itoa(end)
+	}
+	return names[start:end], next, nil
+}
+
+func namesIn[T any](m map[string]T, project, kind string) []string {
+	prefix := "projects/" + project + "/" + kind + "/"
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(m)) {
+		if strings.HasPrefix(n, prefix) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func projectOf(name string) (string, error) {
+	p, ok := strings.CutPrefix(name, "projects/")
+	if !ok || p == "" || strings.Contains(p, "/") {
+		return "", status.Errorf(codes.InvalidArgument, "invalid project %q: want projects/{project}", name)
+	}
+	return p, nil
+}

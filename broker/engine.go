@@ -1,0 +1,330 @@
+package broker
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+)
+
+// The functions in this file change the delivery state. They all run with
+// b.mu held and append the matching log record in the same critical section,
+// so the log order is the order in which the state changed.
+
+// Dead-letter attributes, as the official emulator sets them.
+const (
+	attrDLDeliveryCount = "CloudPubSubDeadLetterSourceDeliveryCount"
+	attrDLSubscription  = "CloudPubSubDeadLetterSourceSubscription"
+	attrDLProject       = "CloudPubSubDeadLetterSourceSubscriptionProject"
+	attrDLPublishTime   = "CloudPubSubDeadLetterSourceTopicPublishTime"
+)
+
+func (b *Broker) nowNanos() int64 { return b.now().UnixNano() }
+
+// publishLocked stores a new message on t and hands it to every attached
+// subscription.
+func (b *Broker) publishLocked(t *topic, data []byte, attrs map[string]string, key string, now int64) *message {
+	m := &message{seq: b.nextSeq, topic: t.id, publish: now, data: data, attrs: attrs, key: key}
+	m.size = len(data) + len(key)
+	for k, v := range attrs {
+		m.size += len(k) + len(v)
+	}
+	b.nextSeq++
+	b.logPublish(m)
+	b.fanoutLocked(t, m)
+	return m
+}
+
+func (b *Broker) fanoutLocked(t *topic, m *message) {
+	for _, s := range t.subs {
+		s.held++
+		s.enqueueLocked(item{m: m}, false)
+		s.notify()
+	}
+	if t.retainFor > 0 {
+		t.retained.pushBack(m)
+	}
+}
+
+// deliverLocked leases up to maxMsgs messages of s, stopping before maxBytes
+// would be exceeded (the first message always goes, so that a message larger
+// than the budget cannot block the subscription).
+func (b *Broker) deliverLocked(s *subscription, maxMsgs, maxBytes int, deadline time.Duration, st *pullStream) []*pb.ReceivedMessage {
+	now := b.nowNanos()
+	cutoff := now - int64(s.retention())
+	var out []*pb.ReceivedMessage
+	bytes := 0
+	fits := func(m *message) bool { return len(out) == 0 || bytes+m.size <= maxBytes }
+	for len(out) < maxMsgs && s.ready.len() > 0 {
+		it := s.ready.front()
+		if it.m != nil {
+			if it.m.publish < cutoff {
+				s.ready.popFront()
+				b.finishLocked(s, it.m)
+				continue
+			}
+			if !fits(it.m) {
+				break
+			}
+			s.ready.popFront()
+			out = append(out, b.leaseLocked(s, it, now, deadline, st))
+			bytes += it.m.size
+			continue
+		}
+		// An ordering key's token: hand out what the key has queued, as one
+		// batch; the key stays busy until all of it is acknowledged.
+		ks := it.ks
+		full := false
+		for ks.q.len() > 0 && len(out) < maxMsgs {
+			ki := ks.q.front()
+			if ki.m.publish < cutoff {
+				ks.q.popFront()
+				b.finishLocked(s, ki.m)
+				continue
+			}
+			if !fits(ki.m) {
+				full = true
+				break
+			}
+			ks.q.popFront()
+			ks.busy++
+			out = append(out, b.leaseLocked(s, ki, now, deadline, st))
+			bytes += ki.m.size
+		}
+		if full && ks.busy == 0 {
+			break // the token stays at the front for the next pull
+		}
+		s.ready.popFront()
+		ks.queued = false
+		s.readyKeyLocked(ks, false)
+	}
+	return out
+}
+
+func ackIDOf(id uint64) string { return strconv.FormatUint(id, 36) }
+
+func (b *Broker) leaseLocked(s *subscription, it item, now int64, deadline time.Duration, st *pullStream) *pb.ReceivedMessage {
+	it.attempts++
+	b.nextLease++
+	l := &lease{id: b.nextLease, sub: s, it: it, at: now + int64(deadline), st: st}
+	s.leases[l.id] = l
+	b.timers.push(l)
+	if st != nil {
+		st.outMsgs++
+		st.outBytes += it.m.size
+	}
+	rm := &pb.ReceivedMessage{AckId: ackIDOf(l.id), Message: it.m.proto()}
+	if s.proto.DeadLetterPolicy != nil {
+		rm.DeliveryAttempt = it.attempts
+	}
+	return rm
+}
+
+// lookupLease finds the live lease behind an ack ID, or nil when the ID is
+// unknown, expired, already acknowledged or waiting out a backoff.
+func (s *subscription) lookupLease(ackID string) *lease {
+	id, err := strconv.ParseUint(ackID, 36, 64)
+	if err != nil {
+		return nil
+	}
+	l := s.leases[id]
+	if l == nil || l.backoff {
+		return nil
+	}
+	return l
+}
+
+// endLeaseLocked forgets l and gives its flow-control budget back to the
+// stream that received it.
+func (b *Broker) endLeaseLocked(l *lease) {
+	delete(l.sub.leases, l.id)
+	b.timers.remove(l)
+	if st := l.st; st != nil {
+		st.outMsgs--
+		st.outBytes -= l.it.m.size
+		st.wakeUp()
+		l.st = nil
+	}
+}
+
+// finishLocked records that s is done with m (acknowledged, expired by
+// retention or dead-lettered).
+func (b *Broker) finishLocked(s *subscription, m *message) {
+	s.held--
+	b.logAck(s, m.seq)
+}
+
+func (b *Broker) ackLeaseLocked(l *lease) {
+	s := l.sub
+	b.endLeaseLocked(l)
+	b.finishLocked(s, l.it.m)
+	b.releaseKeyLocked(s, l.it.m)
+}
+
+// releaseKeyLocked lets an ordering key deliver again once its last
+// outstanding message is resolved.
+func (b *Broker) releaseKeyLocked(s *subscription, m *message) {
+	if !s.ordered() || m.key == "" {
+		return
+	}
+	if ks := s.keys[m.key]; ks != nil {
+		ks.busy--
+		s.readyKeyLocked(ks, false)
+		s.notify()
+	}
+}
+
+// nackLocked handles a negative acknowledgement or an expired deadline: the
+// message is dead-lettered when it has used up its delivery attempts,
+// otherwise it becomes deliverable again, after the retry policy's backoff
+// when there is one.
+func (b *Broker) nackLocked(l *lease, now int64) {
+	s := l.sub
+	b.endLeaseLocked(l)
+	if p := s.proto.DeadLetterPolicy; p != nil && l.it.attempts >= p.MaxDeliveryAttempts {
+		if b.deadLetterLocked(s, l.it, now) {
+			return
+		}
+	}
+	if p := s.proto.RetryPolicy; p != nil {
+		if d := backoff(p, l.it.attempts); d > 0 {
+			l.backoff = true
+			l.at = now + int64(d)
+			s.leases[l.id] = l
+			b.timers.push(l)
+			return
+		}
+	}
+	b.requeueLocked(s, l.it)
+}
+
+// backoff is the retry policy's delay after the n-th failed delivery: the
+// minimum, doubled per further attempt, capped at the maximum.
+func backoff(p *pb.RetryPolicy, n int32) time.Duration {
+	lo, hi := p.MinimumBackoff.AsDuration(), p.MaximumBackoff.AsDuration()
+	d := lo
+	for i := int32(1); i < n && d < hi; i++ {
+		d *= 2
+	}
+	return min(d, hi)
+}
+
+func (b *Broker) requeueLocked(s *subscription, it item) {
+	if s.ordered() && it.m.key != "" {
+		if ks := s.keys[it.m.key]; ks != nil {
+			ks.busy--
+		}
+	}
+	s.enqueueLocked(it, true)
+	s.notify()
+}
+
+// deadLetterLocked republishes the message to the dead-letter topic with a
+// new ID, as the service does, and finishes it on s. It reports false (the
+// message is kept) when the dead-letter topic does not exist.
+func (b *Broker) deadLetterLocked(s *subscription, it item, now int64) bool {
+	p := s.proto.DeadLetterPolicy
+	t := b.topics[p.DeadLetterTopic]
+	if t == nil {
+		b.log.Warn("dead-letter topic does not exist; the message stays on its subscription",
+			"subscription", s.proto.Name, "dead_letter_topic", p.DeadLetterTopic, "message_id", it.m.id())
+		return false
+	}
+	project, subID, _ := parseName(s.proto.Name, "subscriptions")
+	attrs := make(map[string]string, len(it.m.attrs)+4)
+	maps.Copy(attrs, it.m.attrs)
+	attrs[attrDLDeliveryCount] = strconv.Itoa(int(it.attempts))
+	attrs[attrDLSubscription] = subID
+	attrs[attrDLProject] = project
+	attrs[attrDLPublishTime] = time.Unix(0, it.m.publish).UTC().Format("2006-01-02T15:04:05.000Z")
+	b.publishLocked(t, it.m.data, attrs, it.m.key, now)
+	b.finishLocked(s, it.m)
+	b.releaseKeyLocked(s, it.m)
+	return true
+}
+
+// fireTimersLocked expires every lease whose deadline has passed and ends
+// every backoff that is over. It only looks at what is due.
+func (b *Broker) fireTimersLocked(now int64) {
+	for len(b.timers) > 0 && b.timers[0].at <= now {
+		l := b.timers[0]
+		if !l.backoff {
+			b.nackLocked(l, now)
+			continue
+		}
+		b.timers.remove(l)
+		delete(l.sub.leases, l.id)
+		l.backoff = false
+		b.requeueLocked(l.sub, l.it)
+	}
+}
+
+// resetSubLocked empties the subscription's queues and leases and returns the
+// messages it held, in publish order.
+func (b *Broker) resetSubLocked(s *subscription) []*message {
+	var held []*message
+	s.forEachHeld(func(m *message) { held = append(held, m) })
+	slices.SortFunc(held, func(a, b *message) int { return cmpSeq(a.seq, b.seq) })
+	for _, l := range s.leases {
+		b.endLeaseLocked(l)
+	}
+	s.ready = deque[item]{}
+	s.keys = map[string]*keyState{}
+	s.held = 0
+	if s.replay != nil {
+		s.replay = map[uint64]*message{}
+	}
+	return held
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// seekLocked makes s hold exactly the messages published at or after target:
+// held ones published before are acknowledged, and messages the topic
+// retained are redelivered. Messages that predate the subscription come back
+// only when the topic itself retains messages, as with the service.
+func (b *Broker) seekLocked(s *subscription, target int64) {
+	b.logSeek(s, target)
+	held := b.resetSubLocked(s)
+	keep := make(map[uint64]*message, len(held))
+	for _, m := range held {
+		if m.publish >= target {
+			keep[m.seq] = m
+		}
+	}
+	if t := s.topic; t != nil {
+		topicRetains := t.proto.MessageRetentionDuration.AsDuration() > 0
+		for i := 0; i < t.retained.len(); i++ {
+			m := t.retained.at(i)
+			if m.publish >= target && (topicRetains || m.seq >= s.firstSeq) {
+				keep[m.seq] = m
+			}
+		}
+	}
+	msgs := slices.SortedFunc(maps.Values(keep), func(a, b *message) int { return cmpSeq(a.seq, b.seq) })
+	for _, m := range msgs {
+		s.held++
+		s.enqueueLocked(item{m: m}, false)
+	}
+	s.notify()
+}
+
+// pruneRetainedLocked drops messages that topics kept for Seek once they are
+// older than the retention window.
+func (b *Broker) pruneRetainedLocked(now int64) {
+	for _, t := range b.topics {
+		for t.retained.len() > 0 && t.retained.front().publish < now-int64(t.retainFor) {
+			t.retained.popFront()
+		}
+	}
+}

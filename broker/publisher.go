@@ -1,0 +1,225 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// publisherServer implements google.pubsub.v1.Publisher.
+type publisherServer struct {
+	pb.UnimplementedPublisherServer
+	b *Broker
+}
+
+// durable turns a failure to reach durability into a status the clients
+// retry (Unavailable), after the state change already happened in memory.
+func durable(ctx context.Context, b *Broker, off uint64) error {
+	if b.wal == nil {
+		return nil
+	}
+	if err := b.wal.wait(ctx, off); err != nil {
+		return status.Errorf(codes.Unavailable, "the change is not known to be durable: %v", err)
+	}
+	return nil
+}
+
+func (b *Broker) offsetLocked() uint64 {
+	if b.wal == nil {
+		return 0
+	}
+	return b.wal.offset()
+}
+
+func (p *publisherServer) CreateTopic(ctx context.Context, req *pb.Topic) (*pb.Topic, error) {
+	if _, _, err := parseName(req.Name, "topics"); err != nil {
+		return nil, err
+	}
+	if req.SchemaSettings != nil || req.IngestionDataSourceSettings != nil {
+		return nil, status.Error(codes.Unimplemented, "schemas and ingestion sources are not supported by this broker")
+	}
+	if d := req.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {
+		return nil, status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d.AsDuration(), minRetention, maxRetention)
+	}
+	b := p.b
+	b.mu.Lock()
+	if b.topics[req.Name] != nil {
+		b.mu.Unlock()
+		return nil, status.Errorf(codes.AlreadyExists, "topic %s already exists", req.Name)
+	}
+	tp := proto.Clone(req).(*pb.Topic)
+	tp.State = pb.Topic_ACTIVE
+	b.putTopicLocked(b.nextID, tp)
+	out := proto.Clone(tp).(*pb.Topic)
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	b.log.Debug("topic created", "topic", req.Name)
+	return out, durable(ctx, b, off)
+}
+
+func (p *publisherServer) topic(name string) (*topic, error) {
+	if _, _, err := parseName(name, "topics"); err != nil {
+		return nil, err
+	}
+	t := p.b.topics[name]
+	if t == nil {
+		return nil, status.Errorf(codes.NotFound, "topic not found: %s", name)
+	}
+	return t, nil
+}
+
+func (p *publisherServer) GetTopic(_ context.Context, req *pb.GetTopicRequest) (*pb.Topic, error) {
+	p.b.mu.Lock()
+	defer p.b.mu.Unlock()
+	t, err := p.topic(req.Topic)
+	if err != nil {
+		return nil, err
+	}
+	return proto.Clone(t.proto).(*pb.Topic), nil
+}
+
+func (p *publisherServer) UpdateTopic(ctx context.Context, req *pb.UpdateTopicRequest) (*pb.Topic, error) {
+	b := p.b
+	b.mu.Lock()
+	t, err := p.topic(req.GetTopic().GetName())
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	tp := proto.Clone(t.proto).(*pb.Topic)
+	if err := applyMask(tp, req.Topic, req.UpdateMask, "name", "state"); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	if d := tp.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {
+		b.mu.Unlock()
+		return nil, status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d.AsDuration(), minRetention, maxRetention)
+	}
+	b.putTopicLocked(t.id, tp)
+	out := proto.Clone(tp).(*pb.Topic)
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	return out, durable(ctx, b, off)
+}
+
+func (p *publisherServer) ListTopics(_ context.Context, req *pb.ListTopicsRequest) (*pb.ListTopicsResponse, error) {
+	project, err := projectOf(req.Project)
+	if err != nil {
+		return nil, err
+	}
+	b := p.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	names, next, err := page(namesIn(b.topics, project, "topics"), req.PageSize, req.PageToken)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.ListTopicsResponse{NextPageToken: next}
+	for _, n := range names {
+		resp.Topics = append(resp.Topics, proto.Clone(b.topics[n].proto).(*pb.Topic))
+	}
+	return resp, nil
+}
+
+func (p *publisherServer) ListTopicSubscriptions(_ context.Context, req *pb.ListTopicSubscriptionsRequest) (*pb.ListTopicSubscriptionsResponse, error) {
+	b := p.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, err := p.topic(req.Topic)
+	if err != nil {
+		return nil, err
+	}
+	var all []string
+	for _, s := range t.subs {
+		all = append(all, s.proto.Name)
+	}
+	slices.Sort(all)
+	names, next, err := page(all, req.PageSize, req.PageToken)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ListTopicSubscriptionsResponse{Subscriptions: names, NextPageToken: next}, nil
+}
+
+func (p *publisherServer) ListTopicSnapshots(_ context.Context, req *pb.ListTopicSnapshotsRequest) (*pb.ListTopicSnapshotsResponse, error) {
+	p.b.mu.Lock()
+	defer p.b.mu.Unlock()
+	if _, err := p.topic(req.Topic); err != nil {
+		return nil, err
+	}
+	return &pb.ListTopicSnapshotsResponse{}, nil
+}
+
+func (p *publisherServer) DeleteTopic(ctx context.Context, req *pb.DeleteTopicRequest) (*emptypb.Empty, error) {
+	b := p.b
+	b.mu.Lock()
+	t, err := p.topic(req.Topic)
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	b.deleteTopicLocked(t)
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	return &emptypb.Empty{}, durable(ctx, b, off)
+}
+
+func (p *publisherServer) DetachSubscription(ctx context.Context, req *pb.DetachSubscriptionRequest) (*pb.DetachSubscriptionResponse, error) {
+	b := p.b
+	b.mu.Lock()
+	s, err := b.sub.subscription(req.Subscription)
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	// A detached subscription keeps its settings but loses its backlog and
+	// receives nothing more.
+	b.resetSubLocked(s)
+	sp := proto.Clone(s.proto).(*pb.Subscription)
+	sp.Detached = true
+	b.putSubLocked(s.id, nil, s.firstSeq, sp)
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	return &pb.DetachSubscriptionResponse{}, durable(ctx, b, off)
+}
+
+// Publish stores the messages and answers once they are durable.
+func (p *publisherServer) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.PublishResponse, error) {
+	if len(req.Messages) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "a publish request needs at least one message")
+	}
+	if n := proto.Size(req); n > maxRequestBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "publish request is %d bytes, the limit is %d", n, maxRequestBytes)
+	}
+	for i, m := range req.Messages {
+		if err := checkMessage(i, m); err != nil {
+			return nil, err
+		}
+	}
+	b := p.b
+	ids := make([]string, len(req.Messages))
+	b.mu.Lock()
+	t, err := p.topic(req.Topic)
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	now := b.nowNanos()
+	for i, m := range req.Messages {
+		// The request's buffers are owned by us from here on; gRPC does not
+		// reuse them, so the message keeps them without a copy.
+		ids[i] = b.publishLocked(t, m.Data, m.Attributes, m.OrderingKey, now).id()
+	}
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	if err := durable(ctx, b, off); err != nil {
+		return nil, fmt.Errorf("publish to %s: %w", req.Topic, err)
+	}
+	return &pb.PublishResponse{MessageIds: ids}, nil
+}

@@ -1,0 +1,188 @@
+package broker
+
+import (
+	"errors"
+	"io"
+	"time"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// maxStreamBatch bounds one StreamingPullResponse, in messages and bytes,
+// so that a large backlog is sent as several responses the client can start
+// on while the rest is in flight.
+const (
+	maxStreamBatch      = 1000
+	maxStreamBatchBytes = 4 << 20
+)
+
+// pullStream is the broker side of one StreamingPull call. Its counters are
+// guarded by b.mu; leases point back to it so that acks (which the clients
+// send as unary calls) give flow-control budget back to the right stream.
+type pullStream struct {
+	wake     chan struct{}
+	ping     chan struct{}
+	outMsgs  int
+	outBytes int
+	maxMsgs  int // 0: no limit
+	maxBytes int // 0: no limit
+	deadline time.Duration
+}
+
+func (st *pullStream) wakeUp() {
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// streamDeadline turns stream_ack_deadline_seconds into a lease duration;
+// 0 means the subscription's own deadline.
+func streamDeadline(secs int32, s *subscription) (time.Duration, error) {
+	switch {
+	case secs == 0:
+		return time.Duration(s.proto.AckDeadlineSeconds) * time.Second, nil
+	case secs < 0 || secs > maxAckDeadline:
+		return 0, status.Errorf(codes.InvalidArgument, "stream_ack_deadline_seconds is %d, it must be between %d and %d", secs, minAckDeadline, maxAckDeadline)
+	}
+	return time.Duration(max(secs, minAckDeadline)) * time.Second, nil
+}
+
+func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullServer) error {
+	req, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	b := srv.b
+	st := &pullStream{
+		wake:     make(chan struct{}, 1),
+		ping:     make(chan struct{}, 1),
+		maxMsgs:  int(max(req.MaxOutstandingMessages, 0)),
+		maxBytes: int(max(req.MaxOutstandingBytes, 0)),
+	}
+	b.mu.Lock()
+	s, err := srv.subscription(req.Subscription)
+	if err == nil {
+		st.deadline, err = streamDeadline(req.StreamAckDeadlineSeconds, s)
+	}
+	if err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	s.waiters[st.wake] = struct{}{}
+	srv.streamRequestLocked(s, st, req)
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(s.waiters, st.wake)
+		b.mu.Unlock()
+	}()
+
+	// The receiving half runs on its own goroutine. It ends when the client
+	// half-closes or the call ends (handler return, client cancel or
+	// server stop), which Close waits for through b.wg.
+	recvDone := make(chan error, 1)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				recvDone <- err
+				return
+			}
+			b.mu.Lock()
+			srv.streamRequestLocked(s, st, r)
+			b.mu.Unlock()
+		}
+	}()
+
+	ctx := stream.Context()
+	for {
+		b.mu.Lock()
+		if s.deleted() {
+			b.mu.Unlock()
+			return status.Errorf(codes.NotFound, "subscription %s was deleted", req.Subscription)
+		}
+		b.fireTimersLocked(b.nowNanos())
+		msgs := srv.streamBatchLocked(s, st)
+		props := &pb.StreamingPullResponse_SubscriptionProperties{
+			ExactlyOnceDeliveryEnabled: s.eod(),
+			MessageOrderingEnabled:     s.ordered(),
+		}
+		b.mu.Unlock()
+		if len(msgs) > 0 {
+			if err := stream.Send(&pb.StreamingPullResponse{ReceivedMessages: msgs, SubscriptionProperties: props}); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-st.wake:
+		case <-st.ping:
+			// Clients close streams that stay silent after their keepalive
+			// pings, so a ping gets an empty response.
+			if err := stream.Send(&pb.StreamingPullResponse{SubscriptionProperties: props}); err != nil {
+				return err
+			}
+		case err := <-recvDone:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-b.closing:
+			return status.Error(codes.Unavailable, "the broker is shutting down")
+		}
+	}
+}
+
+// streamBatchLocked leases what the stream's flow control allows.
+func (srv *subscriberServer) streamBatchLocked(s *subscription, st *pullStream) []*pb.ReceivedMessage {
+	room := maxStreamBatch
+	if st.maxMsgs > 0 {
+		room = min(room, st.maxMsgs-st.outMsgs)
+	}
+	byteRoom := maxStreamBatchBytes
+	if st.maxBytes > 0 {
+		byteRoom = min(byteRoom, st.maxBytes-st.outBytes)
+	}
+	if room <= 0 || (byteRoom <= 0 && st.outMsgs > 0) {
+		return nil
+	}
+	return srv.b.deliverLocked(s, room, max(byteRoom, 1), st.deadline, st)
+}
+
+// streamRequestLocked applies acks, deadline changes and settings that a
+// client sends on the stream. Errors cannot be reported per ack ID on a
+// stream, so invalid ones are ignored, as by the service.
+func (srv *subscriberServer) streamRequestLocked(s *subscription, st *pullStream, r *pb.StreamingPullRequest) {
+	b := srv.b
+	if s.deleted() {
+		return
+	}
+	if len(r.AckIds) > 0 {
+		b.ackLocked(s, r.AckIds)
+	}
+	if n := min(len(r.ModifyDeadlineAckIds), len(r.ModifyDeadlineSeconds)); n > 0 {
+		for i := range n {
+			if secs := r.ModifyDeadlineSeconds[i]; secs >= 0 && secs <= maxAckDeadline {
+				b.modAckLocked(s, r.ModifyDeadlineAckIds[i:i+1], secs)
+			}
+		}
+	}
+	if r.StreamAckDeadlineSeconds != 0 {
+		if d, err := streamDeadline(r.StreamAckDeadlineSeconds, s); err == nil {
+			st.deadline = d
+		}
+	}
+	if len(r.AckIds) == 0 && len(r.ModifyDeadlineAckIds) == 0 {
+		select {
+		case st.ping <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,333 @@
+package broker
+
+import (
+	"context"
+	"time"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// subscriberServer implements google.pubsub.v1.Subscriber. Snapshots are
+// not supported and answer Unimplemented.
+type subscriberServer struct {
+	pb.UnimplementedSubscriberServer
+	b *Broker
+}
+
+// subscription finds a live subscription; b.mu must be held.
+func (srv *subscriberServer) subscription(name string) (*subscription, error) {
+	if _, _, err := parseName(name, "subscriptions"); err != nil {
+		return nil, err
+	}
+	s := srv.b.subs[name]
+	if s == nil {
+		return nil, status.Errorf(codes.NotFound, "subscription not found: %s", name)
+	}
+	return s, nil
+}
+
+func (srv *subscriberServer) CreateSubscription(ctx context.Context, req *pb.Subscription) (*pb.Subscription, error) {
+	if _, _, err := parseName(req.Name, "subscriptions"); err != nil {
+		return nil, err
+	}
+	if _, _, err := parseName(req.Topic, "topics"); err != nil {
+		return nil, err
+	}
+	sp := proto.Clone(req).(*pb.Subscription)
+	if err := checkSubscriptionConfig(sp); err != nil {
+		return nil, err
+	}
+	sp.State = pb.Subscription_ACTIVE
+	b := srv.b
+	b.mu.Lock()
+	if b.subs[req.Name] != nil {
+		b.mu.Unlock()
+		return nil, status.Errorf(codes.AlreadyExists, "subscription %s already exists", req.Name)
+	}
+	t := b.topics[req.Topic]
+	if t == nil {
+		b.mu.Unlock()
+		return nil, status.Errorf(codes.NotFound, "topic not found: %s", req.Topic)
+	}
+	if dl := sp.DeadLetterPolicy; dl != nil && b.topics[dl.DeadLetterTopic] == nil {
+		b.mu.Unlock()
+		return nil, status.Errorf(codes.NotFound, "dead-letter topic not found: %s", dl.DeadLetterTopic)
+	}
+	// firstSeq = nextSeq: nothing published before this point is delivered.
+	s := b.putSubLocked(b.nextID, t, b.nextSeq, sp)
+	out := proto.Clone(s.proto).(*pb.Subscription)
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	b.log.Debug("subscription created", "subscription", req.Name, "topic", req.Topic)
+	return out, durable(ctx, b, off)
+}
+
+func (srv *subscriberServer) GetSubscription(_ context.Context, req *pb.GetSubscriptionRequest) (*pb.Subscription, error) {
+	srv.b.mu.Lock()
+	defer srv.b.mu.Unlock()
+	s, err := srv.subscription(req.Subscription)
+	if err != nil {
+		return nil, err
+	}
+	return proto.Clone(s.proto).(*pb.Subscription), nil
+}
+
+func (srv *subscriberServer) UpdateSubscription(ctx context.Context, req *pb.UpdateSubscriptionRequest) (*pb.Subscription, error) {
+	b := srv.b
+	b.mu.Lock()
+	s, err := srv.subscription(req.GetSubscription().GetName())
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	sp := proto.Clone(s.proto).(*pb.Subscription)
+	// Ordering cannot change: queued messages are laid out for one mode.
+	err = applyMask(sp, req.Subscription, req.UpdateMask, "name", "topic", "enable_message_ordering", "state", "detached")
+	if err == nil {
+		err = checkSubscriptionConfig(sp)
+	}
+	if err == nil && sp.DeadLetterPolicy != nil && b.topics[sp.DeadLetterPolicy.DeadLetterTopic] == nil {
+		err = status.Errorf(codes.NotFound, "dead-letter topic not found: %s", sp.DeadLetterPolicy.DeadLetterTopic)
+	}
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	b.putSubLocked(s.id, s.topic, s.firstSeq, sp)
+	out := proto.Clone(sp).(*pb.Subscription)
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	return out, durable(ctx, b, off)
+}
+
+func (srv *subscriberServer) ListSubscriptions(_ context.Context, req *pb.ListSubscriptionsRequest) (*pb.ListSubscriptionsResponse, error) {
+	project, err := projectOf(req.Project)
+	if err != nil {
+		return nil, err
+	}
+	b := srv.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	names, next, err := page(namesIn(b.subs, project, "subscriptions"), req.PageSize, req.PageToken)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.ListSubscriptionsResponse{NextPageToken: next}
+	for _, n := range names {
+		resp.Subscriptions = append(resp.Subscriptions, proto.Clone(b.subs[n].proto).(*pb.Subscription))
+	}
+	return resp, nil
+}
+
+func (srv *subscriberServer) DeleteSubscription(ctx context.Context, req *pb.DeleteSubscriptionRequest) (*emptypb.Empty, error) {
+	b := srv.b
+	b.mu.Lock()
+	s, err := srv.subscription(req.Subscription)
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	b.deleteSubLocked(s)
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	return &emptypb.Empty{}, durable(ctx, b, off)
+}
+
+func (srv *subscriberServer) ModifyPushConfig(_ context.Context, req *pb.ModifyPushConfigRequest) (*emptypb.Empty, error) {
+	if req.PushConfig.GetPushEndpoint() != "" {
+		return nil, status.Error(codes.Unimplemented, "push subscriptions are not supported by this broker")
+	}
+	srv.b.mu.Lock()
+	defer srv.b.mu.Unlock()
+	if _, err := srv.subscription(req.Subscription); err != nil {
+		return nil, err
+	}
+	return &emptypb.Empty{}, nil
+}
+
+// Pull returns what is available, waiting up to Options.PullWait for the
+// first message unless return_immediately is set.
+func (srv *subscriberServer) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	if req.MaxMessages <= 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_messages must be positive")
+	}
+	b := srv.b
+	timer := time.NewTimer(b.opts.PullWait)
+	defer timer.Stop()
+	wake := make(chan struct{}, 1)
+	for {
+		b.mu.Lock()
+		s, err := srv.subscription(req.Subscription)
+		if err != nil {
+			b.mu.Unlock()
+			return nil, err
+		}
+		b.fireTimersLocked(b.nowNanos())
+		deadline := time.Duration(s.proto.AckDeadlineSeconds) * time.Second
+		msgs := b.deliverLocked(s, int(min(req.MaxMessages, 10000)), maxRequestBytes, deadline, nil)
+		if len(msgs) > 0 || req.ReturnImmediately { //nolint:staticcheck // still sent by old clients
+			b.mu.Unlock()
+			return &pb.PullResponse{ReceivedMessages: msgs}, nil
+		}
+		s.waiters[wake] = struct{}{}
+		b.mu.Unlock()
+		var done bool
+		select {
+		case <-wake:
+		case <-timer.C:
+			done = true
+		case <-ctx.Done():
+			done = true
+		case <-b.closing:
+			done = true
+		}
+		b.mu.Lock()
+		delete(s.waiters, wake)
+		b.mu.Unlock()
+		if done {
+			return &pb.PullResponse{}, nil
+		}
+	}
+}
+
+// ackFailure is the per-ack-ID reason the Go, Java and Python clients read
+// from the ErrorInfo metadata when exactly-once delivery is on.
+const ackFailure = "PERMANENT_FAILURE_INVALID_ACK_ID"
+
+// eodError reports ack IDs that could not be acknowledged or modified.
+// Ack IDs of the request that are not listed succeeded; the status code is
+// one the clients retry for those, and retrying them is harmless because an
+// ack ID acknowledged moments ago is acknowledged again without error.
+func eodError(failed map[string]string) error {
+	st := status.New(codes.Unavailable, "some ack IDs are invalid or expired (exactly-once delivery)")
+	st, err := st.WithDetails(&errdetails.ErrorInfo{
+		Reason:   "EXACTLY_ONCE_ACKID_FAILURE",
+		Domain:   "pubsub.googleapis.com",
+		Metadata: failed,
+	})
+	if err != nil {
+		return status.Errorf(codes.Internal, "build ack error details: %v", err)
+	}
+	return st.Err()
+}
+
+func (srv *subscriberServer) Acknowledge(ctx context.Context, req *pb.AcknowledgeRequest) (*emptypb.Empty, error) {
+	b := srv.b
+	b.mu.Lock()
+	s, err := srv.subscription(req.Subscription)
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	failed := b.ackLocked(s, req.AckIds)
+	eod := s.eod()
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	if len(failed) > 0 {
+		return nil, eodError(failed)
+	}
+	// With exactly-once delivery a successful ack is a promise that the
+	// message does not come back, so it has to be durable first. Otherwise
+	// a lost ack only means a redelivery, which at-least-once allows.
+	if eod {
+		return &emptypb.Empty{}, durable(ctx, b, off)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+func (srv *subscriberServer) ModifyAckDeadline(_ context.Context, req *pb.ModifyAckDeadlineRequest) (*emptypb.Empty, error) {
+	if req.AckDeadlineSeconds < 0 || req.AckDeadlineSeconds > maxAckDeadline {
+		return nil, status.Errorf(codes.InvalidArgument, "ack_deadline_seconds is %d, it must be between 0 and %d", req.AckDeadlineSeconds, maxAckDeadline)
+	}
+	b := srv.b
+	b.mu.Lock()
+	s, err := srv.subscription(req.Subscription)
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	failed := b.modAckLocked(s, req.AckIds, req.AckDeadlineSeconds)
+	b.mu.Unlock()
+	if len(failed) > 0 {
+		return nil, eodError(failed)
+	}
+	return &emptypb.Empty{}, nil
+}
+
+func (srv *subscriberServer) Seek(ctx context.Context, req *pb.SeekRequest) (*pb.SeekResponse, error) {
+	var target time.Time
+	switch v := req.Target.(type) {
+	case *pb.SeekRequest_Time:
+		target = v.Time.AsTime()
+	case *pb.SeekRequest_Snapshot:
+		return nil, status.Error(codes.Unimplemented, "snapshots are not supported by this broker; seek to a time instead")
+	default:
+		return nil, status.Error(codes.InvalidArgument, "seek needs a time or a snapshot")
+	}
+	b := srv.b
+	b.mu.Lock()
+	s, err := srv.subscription(req.Subscription)
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	b.seekLocked(s, target.UnixNano())
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	return &pb.SeekResponse{}, durable(ctx, b, off)
+}
+
+// ackLocked acknowledges ackIDs on s. It returns, for exactly-once
+// subscriptions only, the ack IDs that are not valid any more.
+func (b *Broker) ackLocked(s *subscription, ackIDs []string) map[string]string {
+	now := b.nowNanos()
+	b.fireTimersLocked(now) // an ack that arrives after its deadline is late
+	var failed map[string]string
+	for _, id := range ackIDs {
+		l := s.lookupLease(id)
+		if l == nil {
+			if s.eod() && !s.recentlyAcked(id) {
+				if failed == nil {
+					failed = map[string]string{}
+				}
+				failed[id] = ackFailure
+			}
+			continue
+		}
+		b.ackLeaseLocked(l)
+		if s.eod() {
+			s.rememberAck(l.id, now)
+		}
+	}
+	return failed
+}
+
+func (b *Broker) modAckLocked(s *subscription, ackIDs []string, seconds int32) map[string]string {
+	now := b.nowNanos()
+	b.fireTimersLocked(now)
+	var failed map[string]string
+	for _, id := range ackIDs {
+		l := s.lookupLease(id)
+		if l == nil {
+			if s.eod() {
+				if failed == nil {
+					failed = map[string]string{}
+				}
+				failed[id] = ackFailure
+			}
+			continue
+		}
+		if seconds == 0 {
+			b.nackLocked(l, now)
+			continue
+		}
+		l.at = now + int64(seconds)*int64(time.Second)
+		b.timers.fix(l)
+	}
+	return failed
+}
