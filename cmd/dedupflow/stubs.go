@@ -12,9 +12,6 @@ func runUp(context.Context, []string, io.Writer, io.Writer) error {
 func runPublish(context.Context, []string, io.Writer, io.Writer) error {
 	return errors.New("publish: not built yet")
 }
-func runSubscribe(context.Context, []string, io.Writer, io.Writer) error {
-	return errors.New("subscribe: not built yet")
-}
 func runLoadgen(context.Context, []string, io.Writer, io.Writer) error {
 	return errors.New("loadgen: not built yet")
 }
