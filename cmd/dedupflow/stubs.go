@@ -6,9 +6,6 @@ import (
 	"io"
 )
 
-func runUp(context.Context, []string, io.Writer, io.Writer) error {
-	return errors.New("up: not built yet")
-}
 func runPublish(context.Context, []string, io.Writer, io.Writer) error {
 	return errors.New("publish: not built yet")
 }

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/console"
+	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/pubsubio"
+)
+
+// The tutorial's resource names.
+const (
+	upInputTopic   = "topicToDataflow"
+	upOutputTopic  = "topicFromDataflow"
+	upConsumerSub  = "topicFromDataflow.subscriptionFromDataflow"
+	upPipelineSub  = "topicToDataflow.dedupflow"
+	upConsoleSub   = "topicFromDataflow.console"
+	upDefaultProj  = "dedupflow-demo"
+	upShutdownWait = 5 * time.Second
+)
+
+// upConfig is what `dedupflow up` is told.
+type upConfig struct {
+	job         job
+	brokerAddr  string
+	consoleAddr string
+}
+
+func (u *upConfig) register(fs *flag.FlagSet) {
+	// The pipeline flags that mean the same here, under the same names.
+	fs.StringVar(&u.job.project, "project", upDefaultProj, "project the broker's topics and subscriptions live in")
+	fs.StringVar(&u.job.idAttr, "id-attribute", "key", "attribute holding the publisher's stable key; the console's key goes there")
+	fs.StringVar(&u.job.tsAttr, "timestamp-attribute", "", "attribute holding the event time for the horizon (empty: the publish time)")
+	fs.DurationVar(&u.job.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
+	fs.StringVar(&u.job.state, "state", "mem", "where the horizon lives: mem")
+	fs.StringVar(&u.job.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
+	fs.StringVar(&u.brokerAddr, "broker-addr", "127.0.0.1:8085", "address of the Pub/Sub-compatible broker, for other clients to join")
+	fs.StringVar(&u.consoleAddr, "console-addr", "127.0.0.1:8080", "address of the web console")
+}
+
+// runUp is the seed tutorial as one command: broker, topics, dedup pipeline
+// and web console, until interrupted.
+func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var u upConfig
+	var lf logFlags
+	fs := newFlags("up", stderr)
+	u.register(fs)
+	lf.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	if u.job.idAttr == "" {
+		return errors.New("--id-attribute must not be empty: the console publishes the form's key in it")
+	}
+	u.job.inSub, u.job.outTopic = upPipelineSub, upOutputTopic
+	u.job.sink, u.job.missing, u.job.maxOutstanding = "pubsub", "fallback", 1000
+	// Check every flag before anything starts listening.
+	if _, _, _, _, err := u.job.names(); err != nil {
+		return err
+	}
+	if _, _, err := u.job.config(); err != nil {
+		return err
+	}
+	return u.run(ctx, log, stdout)
+}
+
+func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) (err error) {
+	b, err := broker.New(broker.Options{Logger: log.With("component", "broker")})
+	if err != nil {
+		return err
+	}
+	// Ctrl-C lets unary calls in flight finish, then the broker goes.
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), upShutdownWait)
+		defer cancel()
+		if serr := b.Shutdown(sctx); serr != nil && err == nil {
+			err = fmt.Errorf("stop broker: %w", serr)
+		}
+	}()
+	brokerAddr, err := b.Listen(u.brokerAddr)
+	if err != nil {
+		return fmt.Errorf("--broker-addr: %w", err)
+	}
+	ln, err := net.Listen("tcp", u.consoleAddr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("--console-addr %s: %w (is another dedupflow up running? pick another with --console-addr)", u.consoleAddr, err)
+		}
+		return fmt.Errorf("--console-addr %s: %w", u.consoleAddr, err)
+	}
+	defer ln.Close() // for the early returns; Serve closes it otherwise
+
+	c, err := pubsubio.NewClient(ctx, u.job.project, pubsubio.Insecure(brokerAddr)...)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	n, err := u.createResources(ctx, c)
+	if err != nil {
+		return err
+	}
+
+	// The console shows the pipeline's counters once it exists.
+	var (
+		pmu sync.Mutex
+		p   *pipeline.Pipeline
+	)
+	con, err := console.New(console.Options{
+		Client:               c,
+		InputTopic:           n.in,
+		PipelineSubscription: n.pipelineSub,
+		OutputTopic:          n.out,
+		OutputSubscription:   n.consoleSub,
+		IDAttribute:          u.job.idAttr,
+		EventTimeAttribute:   u.job.tsAttr,
+		Horizon:              u.job.horizon,
+		Counts: func() pipeline.Counts {
+			pmu.Lock()
+			defer pmu.Unlock()
+			if p == nil {
+				return pipeline.Counts{}
+			}
+			return p.Counts()
+		},
+		Logger: log.With("component", "console"),
+	})
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg         sync.WaitGroup
+		errMu      sync.Mutex
+		firstErr   error
+		banner     sync.Once
+		consoleURL = "http://" + ln.Addr().String()
+	)
+	fail := func(e error) {
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = e
+		}
+		errMu.Unlock()
+		cancel() // one part failing stops the others
+	}
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if e := con.Serve(ctx, ln); e != nil {
+			fail(e)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		e := u.job.run(ctx, c, log, func(pp *pipeline.Pipeline) {
+			pmu.Lock()
+			p = pp
+			pmu.Unlock()
+			banner.Do(func() { printBanner(stdout, consoleURL, brokerAddr, u.job.project) })
+		})
+		if e == nil && ctx.Err() == nil {
+			e = errors.New("pipeline stopped unexpectedly")
+		}
+		if e != nil {
+			fail(fmt.Errorf("pipeline: %w", e))
+		}
+	}()
+	wg.Wait()
+	log.Info("stopped", "console", consoleURL, "broker", brokerAddr)
+	return firstErr
+}
+
+type upNames struct{ in, out, consumerSub, pipelineSub, consoleSub pubsubio.Name }
+
+// createResources creates the tutorial's topics and subscription, the
+// pipeline's subscription and the console's.
+func (u *upConfig) createResources(ctx context.Context, c *pubsub.Client) (upNames, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	proj := u.job.project
+	n := upNames{
+		in:          pubsubio.Name{Project: proj, Kind: "topics", ID: upInputTopic},
+		out:         pubsubio.Name{Project: proj, Kind: "topics", ID: upOutputTopic},
+		consumerSub: pubsubio.Name{Project: proj, Kind: "subscriptions", ID: upConsumerSub},
+		pipelineSub: pubsubio.Name{Project: proj, Kind: "subscriptions", ID: upPipelineSub},
+		consoleSub:  pubsubio.Name{Project: proj, Kind: "subscriptions", ID: upConsoleSub},
+	}
+	for _, t := range []pubsubio.Name{n.in, n.out} {
+		if err := pubsubio.EnsureTopic(ctx, c, t); err != nil {
+			return n, err
+		}
+	}
+	// The pipeline's subscription keeps acknowledged messages, so the
+	// console can seek it back and act out a redelivery. A retention as
+	// long as the horizon (at least an hour) covers every replay that can
+	// still be a duplicate.
+	retention := max(time.Hour, u.job.horizon)
+	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+		Name: n.pipelineSub.String(), Topic: n.in.String(), AckDeadlineSeconds: 60,
+		RetainAckedMessages: true, MessageRetentionDuration: durationpb.New(min(retention, 7*24*time.Hour)),
+	})
+	if err != nil && status.Code(err) != codes.AlreadyExists {
+		return n, fmt.Errorf("create subscription %s: %w", n.pipelineSub, err)
+	}
+	if err := pubsubio.EnsureSubscription(ctx, c, n.consumerSub, n.out, 10); err != nil {
+		return n, err
+	}
+	if err := pubsubio.EnsureSubscription(ctx, c, n.consoleSub, n.out, 10); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+func printBanner(w io.Writer, consoleURL, brokerAddr, project string) {
+	fmt.Fprintf(w, `dedupflow is up: %s -> dedup pipeline -> %s
+
+  Console:  %s
+
+  Broker:   %s (project %s). Point other Pub/Sub clients at it:
+    export PUBSUB_EMULATOR_HOST=%s
+    (Spring: spring.cloud.gcp.pubsub.emulator-host=%s)
+
+  Read what comes through, as the tutorial's app does:
+    dedupflow subscribe --project %s --subscription %s
+
+Press Ctrl-C to stop.
+`, upInputTopic, upOutputTopic, consoleURL, brokerAddr, project, brokerAddr, brokerAddr, project, upConsumerSub)
+}
