@@ -192,7 +192,7 @@ func (p *Publisher) Publish(ctx context.Context, e Event) *Result {
 // place a key is made: once per event, before the first attempt.
 func (p *Publisher) prepare(e Event) (pubsub.Message, string, error) {
 	if len(e.Data) == 0 && len(e.Attributes) == 0 {
-		return pubsub.Message{}, "", invalid(ErrEmptyEvent, "give data or at least one attribute")
+		return pubsub.Message{}, e.Key, invalid(ErrEmptyEvent, "give data or at least one attribute")
 	}
 	ka := p.o.KeyAttribute
 	key := e.Key
