@@ -1,0 +1,265 @@
+// Package disk is the dedup store whose horizon survives restarts and
+// kill -9: committed keys are kept in a bbolt file and, for speed, in an
+// in-memory index rebuilt from the file when it is opened.
+//
+// # Layout
+//
+// The file holds one bucket of committed keys ordered by expiry: the bbolt
+// key is the 8-byte big-endian expiry (Unix nanoseconds) followed by the
+// 16-byte dedup key, and the value is the 4-byte message tag. Ordering by
+// expiry makes the two things the store writes cheap: a commit appends near
+// the right edge of the B+tree (the horizon is the same for every key, so
+// expiries arrive almost in order) instead of dirtying a random leaf per
+// key, and expiry deletes from the left edge, stopping at the first live
+// record — it never scans live keys. Claims never read the file: a lookup
+// by hash would need a second, randomly written index, and claims must be
+// about as fast as the memory store's.
+//
+// # Durability (fsync policy)
+//
+// By default Commit returns only after its key is in a bbolt transaction
+// that has been fsynced, so a key whose Commit returned survives kill -9
+// and power loss. Concurrent commits are grouped: one writer goroutine puts
+// every commit queued while the previous transaction was syncing into the
+// next one, so a thousand callers share one fsync instead of queueing for a
+// thousand. Options.NoSync skips the fsync: commits then survive a crash of
+// the process (the data is in the kernel's page cache) but not of the
+// machine.
+//
+// Pending claims live only in memory. A lease only matters while its holder
+// is alive, and the holder is this process (bbolt locks the file, so no
+// other process shares it): after a restart no one holds any lease, so a
+// forgotten claim is exactly right, and keeping them durable would cost an
+// fsync per claim for nothing.
+//
+// # Why bbolt
+//
+// Measured on the 2-core CI machine (1000 goroutines, group commit, fsync
+// per group, store/disk BenchmarkEngine* in the report of issue 5): bbolt
+// with expiry-ordered keys and Pebble with one batch per group both land
+// at 2.3–3.2 µs per durable commit (about 500 commits per fsync), within
+// noise of each other; bbolt with randomly ordered keys is ten times slower.
+// Reads from Pebble under the same concurrency cost ~19 µs, so an
+// in-memory index was needed with either engine. bbolt is then the simpler
+// choice: one file, no background compactions competing for two cores, a
+// dependency the module already has, and a cursor over its memory map
+// rebuilds the index quickly on open.
+//
+// # Memory and expiry
+//
+// The index costs about 40–70 bytes per live key (Go maps of 32-byte
+// entries). Expired keys are removed from file and index together by the
+// same ordered sweep, which piggybacks on commit transactions (no extra
+// fsync) and runs every SweepEvery when the store is idle. "Now" for the
+// sweep is the latest Claim.Now seen, so expiry follows the injected clock,
+// never the wall clock.
+package disk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dedupflow/dedupflow/dedup"
+)
+
+// MaxHorizon is the longest horizon this store accepts. Nothing in the file
+// format limits it; the bound keeps --horizon from silently asking for an
+// index that grows for a year.
+const MaxHorizon = 366 * 24 * time.Hour
+
+// ErrClosed is returned by calls on a closed store.
+var ErrClosed = errors.New("disk store closed")
+
+// Options configure a Store.
+type Options struct {
+	// Logger receives sweep and open reports; nil discards them.
+	Logger *slog.Logger
+	// NoSync makes Commit return once its transaction reached the
+	// operating system, without fsync: committed keys survive kill -9 but
+	// not a power loss or kernel crash.
+	NoSync bool
+	// SweepEvery is how often an idle store deletes expired keys; commits
+	// sweep as they go. Default 1s.
+	SweepEvery time.Duration
+}
+
+const shardBits = 6
+
+// Store is the disk store. Open it with Open; close it with Close.
+type Store struct {
+	log    *slog.Logger
+	shards [1 << shardBits]shard
+	w      *writer
+	closed atomic.Bool
+}
+
+type shard struct {
+	mu      sync.Mutex
+	done    map[dedup.Key]rec
+	pending map[dedup.Key]pending
+	now     int64 // latest Claim.Now seen (Unix ns): the sweep's clock
+	_       [32]byte
+}
+
+// rec is a committed key in the index.
+type rec struct {
+	exp int64 // Unix ns
+	tag uint32
+}
+
+type pending struct {
+	msgID string
+	until int64
+}
+
+var _ dedup.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the store file at path and loads its
+// live keys. It fails after a second if another process holds the file.
+func Open(ctx context.Context, path string, opt Options) (*Store, error) {
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.SweepEvery <= 0 {
+		opt.SweepEvery = time.Second
+	}
+	s := &Store{log: opt.Logger}
+	for i := range s.shards {
+		s.shards[i].pending = make(map[dedup.Key]pending)
+	}
+	w, err := openWriter(ctx, path, opt, s)
+	if err != nil {
+		return nil, err
+	}
+	s.w = w
+	return s, nil
+}
+
+func (s *Store) shard(k dedup.Key) *shard { return &s.shards[k.Hi()>>(64-shardBits)] }
+
+// Claim implements dedup.Store.
+func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
+	if s.closed.Load() {
+		return dedup.Verdict{}, ErrClosed
+	}
+	now := c.Now.UnixNano()
+	sh := s.shard(c.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if now > sh.now {
+		sh.now = now
+	}
+	if r, ok := sh.done[c.Key]; ok && now < r.exp {
+		kind := dedup.Republish
+		if r.tag == dedup.MsgTag(c.MsgID) {
+			kind = dedup.Redelivery
+		}
+		return dedup.Verdict{Status: dedup.Duplicate, Kind: kind}, nil
+	}
+	if p, ok := sh.pending[c.Key]; ok && p.msgID != c.MsgID && now < p.until {
+		return dedup.Verdict{Status: dedup.InFlight}, nil
+	}
+	sh.pending[c.Key] = pending{msgID: c.MsgID, until: c.LeaseUntil.UnixNano()}
+	return dedup.Verdict{Status: dedup.Proceed}, nil
+}
+
+// Commit implements dedup.Store. It returns once the key is durable (see
+// the package doc); only then does the index call the key done, so a copy
+// that arrives meanwhile is told InFlight (and retried), not Duplicate on
+// the strength of a write that might still fail.
+func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires time.Time) error {
+	r := rec{exp: expires.UnixNano(), tag: dedup.MsgTag(msgID)}
+	if err := s.w.put(ctx, k, r); err != nil {
+		return fmt.Errorf("commit key %s: %w", k, err)
+	}
+	sh := s.shard(k)
+	sh.mu.Lock()
+	delete(sh.pending, k) // done now, whoever held the lease
+	sh.setDone(k, r)
+	sh.mu.Unlock()
+	return nil
+}
+
+// setDone records a committed key. The later expiry wins, in memory as on
+// reload, so a store answers the same before and after a restart.
+func (sh *shard) setDone(k dedup.Key, r rec) {
+	if old, ok := sh.done[k]; ok && old.exp > r.exp {
+		return
+	}
+	sh.done[k] = r
+}
+
+// Release implements dedup.Store.
+func (s *Store) Release(_ context.Context, k dedup.Key, msgID string) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	sh := s.shard(k)
+	sh.mu.Lock()
+	if p, ok := sh.pending[k]; ok && p.msgID == msgID {
+		delete(sh.pending, k)
+	}
+	sh.mu.Unlock()
+	return nil
+}
+
+// Len is the number of keys held, pending claims and committed keys that
+// expired but were not swept yet included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.done) + len(sh.pending)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// now is the sweep's clock: the latest Claim.Now any shard has seen, or 0.
+func (s *Store) now() int64 {
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n = max(n, sh.now)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// forget drops swept keys from the index unless a later commit replaced
+// them.
+func (s *Store) forget(swept []sweptKey) {
+	for _, x := range swept {
+		sh := s.shard(x.k)
+		sh.mu.Lock()
+		if r, ok := sh.done[x.k]; ok && r.exp == x.exp {
+			delete(sh.done, x.k)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Sweep deletes every key that expired by now from the file and the index
+// and returns how many it deleted. The store sweeps by itself; Sweep is for
+// tests and tools.
+func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	return s.w.sweepAll(ctx, now.UnixNano())
+}
+
+// Close flushes queued commits, stops the writer and closes the file.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.w.close()
+}

@@ -1,0 +1,250 @@
+package disk
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/dedup/storetest"
+)
+
+func open(t testing.TB, path string, opt Options) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), path, opt)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) dedup.Store {
+		return open(t, filepath.Join(t.TempDir(), "state.db"), Options{})
+	})
+}
+
+func claim(t *testing.T, s *Store, k dedup.Key, id string, now time.Time) dedup.Verdict {
+	t.Helper()
+	v, err := s.Claim(context.Background(), dedup.Claim{Key: k, MsgID: id, Now: now, LeaseUntil: now.Add(30 * time.Second)})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return v
+}
+
+func commit(t *testing.T, s *Store, k dedup.Key, id string, exp time.Time) {
+	t.Helper()
+	if err := s.Commit(context.Background(), k, id, exp); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+}
+
+// TestReopenKeepsHorizon: committed keys are duplicates after a clean
+// reopen, with the same redelivery / republish answer; pending claims are
+// not kept (no one holds a lease after a restart).
+func TestReopenKeepsHorizon(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	now := time.Now()
+	s, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, pend := dedup.KeyOf("done"), dedup.KeyOf("pending")
+	claim(t, s, done, "m1", now)
+	commit(t, s, done, "m1", now.Add(time.Hour))
+	claim(t, s, pend, "m1", now)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(context.Background(), dedup.Claim{Key: done, MsgID: "x", Now: now}); err == nil {
+		t.Fatal("claim on a closed store succeeded")
+	}
+	s = open(t, path, Options{})
+	if v := claim(t, s, done, "m1", now.Add(time.Second)); v.Status != dedup.Duplicate || v.Kind != dedup.Redelivery {
+		t.Fatalf("committed key after reopen: %v/%v, want duplicate/redelivery", v.Status, v.Kind)
+	}
+	if v := claim(t, s, done, "m2", now.Add(time.Second)); v.Kind != dedup.Republish {
+		t.Fatalf("republish after reopen: %v/%v", v.Status, v.Kind)
+	}
+	if v := claim(t, s, pend, "m2", now.Add(time.Second)); v.Status != dedup.Proceed {
+		t.Fatalf("pending key after reopen: %v, want proceed", v.Status)
+	}
+}
+
+func TestFileHeldByAnotherStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	open(t, path, Options{})
+	_, err := Open(context.Background(), path, Options{})
+	if err == nil || !strings.Contains(err.Error(), "another process holds it") {
+		t.Fatalf("second open: %v, want an error naming the lock", err)
+	}
+}
+
+// TestSweepReadsOnlyExpired: after a sweep, expired keys are gone from the
+// file and the index, live ones stay, and the sweep looked at the expired
+// records plus the first live one only.
+func TestSweepReadsOnlyExpired(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s := open(t, path, Options{SweepEvery: time.Hour}) // no background sweep here
+	now := time.Now()
+	const expired, live = 300, 700
+	var wg sync.WaitGroup // concurrent commits share fsyncs
+	for i := range expired + live {
+		k := dedup.KeyOf(fmt.Sprint(i))
+		exp := now.Add(time.Duration(i+1) * time.Millisecond)
+		if i >= expired {
+			exp = now.Add(time.Hour + time.Duration(i)*time.Millisecond)
+		}
+		wg.Go(func() {
+			if err := s.Commit(context.Background(), k, "m", exp); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	s.w.examined.Store(0)
+	n, err := s.Sweep(context.Background(), now.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != expired {
+		t.Fatalf("swept %d, want %d", n, expired)
+	}
+	if got := s.w.examined.Load(); got != expired+1 {
+		t.Fatalf("sweep examined %d records, want %d (the expired ones and one live)", got, expired+1)
+	}
+	if got := s.Len(); got != live {
+		t.Fatalf("index holds %d keys after sweep, want %d", got, live)
+	}
+	// A claim judged at a time when the expired keys were still live says
+	// proceed: they are gone, as a sweep at now+1m says they should be.
+	if v := claim(t, s, dedup.KeyOf("0"), "m", now.Add(time.Minute)); v.Status != dedup.Proceed {
+		t.Fatalf("swept key: %v", v.Status)
+	}
+	if v := claim(t, s, dedup.KeyOf(fmt.Sprint(expired)), "m", now.Add(time.Minute)); v.Status != dedup.Duplicate {
+		t.Fatalf("live key: %v", v.Status)
+	}
+	s.Close()
+	s = open(t, path, Options{})
+	if got := s.Len(); got != live {
+		t.Fatalf("reopened file holds %d keys, want %d", got, live)
+	}
+}
+
+// TestBackgroundSweep: the store sweeps by itself, by the clock of the
+// claims it sees.
+func TestBackgroundSweep(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{SweepEvery: 10 * time.Millisecond})
+	now := time.Now()
+	for i := range 50 {
+		commit(t, s, dedup.KeyOf(fmt.Sprint("short", i)), "m", now.Add(time.Second))
+		commit(t, s, dedup.KeyOf(fmt.Sprint("long", i)), "m", now.Add(time.Hour))
+	}
+	claim(t, s, dedup.KeyOf("clock"), "m", now.Add(2*time.Second)) // moves the clock
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Len() != 51 { // the long keys and the pending claim
+		if time.Now().After(deadline) {
+			t.Fatalf("index holds %d keys 10s after they expired, want 51", s.Len())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+const childEnv = "DEDUPFLOW_DISK_KILL_CHILD"
+
+// TestSurvivesKill9 runs a child process that commits keys from many
+// goroutines and prints each one after its Commit returned, kills it with
+// SIGKILL mid-stream, reopens the file and checks that every printed key is
+// a duplicate.
+func TestSurvivesKill9(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"="+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var committed []int
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && len(committed) < 3000 {
+		if n, ok := strings.CutPrefix(sc.Text(), "committed "); ok {
+			i, err := strconv.Atoi(n)
+			if err != nil {
+				t.Fatalf("child said %q", sc.Text())
+			}
+			committed = append(committed, i)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if len(committed) < 3000 {
+		t.Fatalf("child reported only %d commits before it ended", len(committed))
+	}
+	s := open(t, path, Options{})
+	now := time.Now()
+	for _, i := range committed {
+		v := claim(t, s, dedup.KeyOf(fmt.Sprint("key", i)), fmt.Sprint("msg", i), now)
+		if v.Status != dedup.Duplicate || v.Kind != dedup.Redelivery {
+			t.Fatalf("key %d committed before kill -9 is %v/%v after reopen", i, v.Status, v.Kind)
+		}
+	}
+	t.Logf("%d committed keys survived kill -9 (%d keys in the file)", len(committed), s.Len())
+}
+
+// TestKillChild is the child of TestSurvivesKill9; it does nothing unless
+// that test started it.
+func TestKillChild(t *testing.T) {
+	path := os.Getenv(childEnv)
+	if path == "" {
+		return
+	}
+	s, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex // one line per write to the pipe
+	var next sync.Mutex
+	i := 0
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				next.Lock()
+				n := i
+				i++
+				next.Unlock()
+				now := time.Now()
+				k, id := dedup.KeyOf(fmt.Sprint("key", n)), fmt.Sprint("msg", n)
+				if _, err := s.Claim(context.Background(), dedup.Claim{Key: k, MsgID: id, Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {
+					panic(err)
+				}
+				if err := s.Commit(context.Background(), k, id, now.Add(time.Hour)); err != nil {
+					panic(err)
+				}
+				mu.Lock()
+				fmt.Fprintf(os.Stdout, "committed %d\n", n)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait() // never: the parent kills us
+}
