@@ -1,0 +1,151 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/dedupflow/dedupflow/pipeline"
+)
+
+// writeBatch stores one batch and answers every writer in it.
+func (s *Sink) writeBatch(reqs []*request) {
+	// A writer whose context ended has already returned an error, and its
+	// message will come back: no need to store its row now.
+	live := reqs[:0]
+	for _, r := range reqs {
+		if r.ctx.Err() == nil {
+			live = append(live, r)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	rows, owner := s.dedupe(live)
+	errs := s.store(rows)
+	for i, r := range live {
+		r.done <- errs[owner[i]]
+	}
+}
+
+// dedupe returns one row per key and, for each request, the index of the
+// row that stands for it. ON CONFLICT DO UPDATE cannot touch one row twice
+// in a statement, so copies of a key in one batch must be folded: the first
+// wins under DO NOTHING, the last under DO UPDATE — what two statements in
+// arrival order would have left. Every copy gets its row's result.
+func (s *Sink) dedupe(reqs []*request) ([]row, []int) {
+	rows := make([]row, 0, len(reqs))
+	owner := make([]int, len(reqs))
+	at := make(map[string]int, len(reqs))
+	for i, r := range reqs {
+		if j, ok := at[r.row.key]; ok {
+			if s.opt.OnConflict == DoUpdate {
+				rows[j] = r.row
+			}
+			owner[i] = j
+			continue
+		}
+		at[r.row.key] = len(rows)
+		owner[i] = len(rows)
+		rows = append(rows, r.row)
+	}
+	return rows, owner
+}
+
+// store writes rows in one statement and returns each row's result. When
+// the server refuses the data of some row, the batch is retried row by row
+// so only that row fails (permanently) and the others are written.
+func (s *Sink) store(rows []row) []error {
+	errs := make([]error, len(rows))
+	err := s.exec(rows)
+	if err != nil && rowError(err) && len(rows) > 1 {
+		s.log.Warn("the server refused a row of a batch; writing its rows one by one to find it",
+			"table", s.table.Sanitize(), "rows", len(rows), "err", err)
+		for i := range rows {
+			errs[i] = s.storeOne(&rows[i])
+		}
+		return errs
+	}
+	if err != nil {
+		if len(rows) == 1 && rowError(err) {
+			errs[0] = s.storeOne(&rows[0])
+			return errs
+		}
+		err = fmt.Errorf("insert %d rows into %s: %w", len(rows), s.table.Sanitize(), classify(err))
+	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// storeOne writes a single row after its batch failed on data.
+func (s *Sink) storeOne(r *row) error {
+	one := []row{*r}
+	err := s.exec(one)
+	if err != nil && rowError(err) && r.dataJSON != nil {
+		// jsonb refused a payload that passed our checks (a number beyond
+		// numeric's range, nesting deeper than the server's stack). The
+		// data column keeps the bytes; only the JSON copy is left out.
+		one[0].dataJSON = nil
+		err = s.exec(one)
+	}
+	switch {
+	case err == nil:
+		return nil
+	case rowError(err):
+		s.log.Warn("row refused by the server; the message goes to the dead-letter topic",
+			"table", s.table.Sanitize(), "key", r.key, "message_id", r.messageID, "err", err)
+		return fmt.Errorf("insert key %q into %s: %w: %w", r.key, s.table.Sanitize(), pipeline.ErrPermanent, err)
+	}
+	return fmt.Errorf("insert key %q into %s: %w", r.key, s.table.Sanitize(), classify(err))
+}
+
+// maxAttempts bounds tries of one statement. One retry covers the common
+// case of a connection the server closed (a restart, pg_terminate_backend)
+// after the pool handed it out; more are the pipeline's business, with its
+// backoff. Retrying is always safe: the statement is idempotent.
+const maxAttempts = 2
+
+// exec runs the insert for rows and waits for its commit (a lone statement
+// is its own transaction).
+func (s *Sink) exec(rows []row) error {
+	args := columnsOf(rows)
+	var err error
+	for range maxAttempts {
+		ctx, cancel := context.WithTimeout(s.ctx, s.opt.StatementTimeout)
+		tag, e := s.pool.Exec(ctx, s.insert, args...)
+		cancel()
+		if e == nil {
+			s.batchesOK.Add(1)
+			s.rows.Add(int64(len(rows)))
+			s.inserted.Add(tag.RowsAffected())
+			return nil
+		}
+		err = e
+		if !transient(err) || s.ctx.Err() != nil {
+			break
+		}
+	}
+	s.failed.Add(1)
+	return err
+}
+
+// columnsOf turns rows into the statement's parallel arrays.
+func columnsOf(rows []row) []any {
+	var (
+		keys     = make([]string, len(rows))
+		ids      = make([]string, len(rows))
+		data     = make([][]byte, len(rows))
+		dataJSON = make([]json.RawMessage, len(rows)) // nil elements are NULL
+		attrs    = make([]json.RawMessage, len(rows))
+		events   = make([]time.Time, len(rows))
+		publish  = make([]time.Time, len(rows))
+	)
+	for i, r := range rows {
+		keys[i], ids[i], data[i], dataJSON[i] = r.key, r.messageID, r.data, r.dataJSON
+		attrs[i], events[i], publish[i] = r.attributes, r.eventTime, r.publish
+	}
+	return []any{keys, ids, data, dataJSON, attrs, events, publish}
+}

@@ -1,0 +1,69 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/dedupflow/dedupflow/dedup"
+)
+
+// ErrClosed is returned by Write after Close.
+var ErrClosed = errors.New("postgres sink closed")
+
+// classify wraps err so callers can branch on it: dedup.ErrUnavailable for
+// a server that is down, restarting, overloaded or unreachable (the pipeline
+// backs off and retries; the pool reconnects by itself). Other server errors
+// (a dropped table, a missing privilege) are returned as they are: retrying
+// is right, an operator has to act, and nothing is dead-lettered for it.
+func classify(err error) error {
+	if err == nil || errors.Is(err, dedup.ErrUnavailable) {
+		return err
+	}
+	if transient(err) {
+		return fmt.Errorf("%w: %w", dedup.ErrUnavailable, err)
+	}
+	return err
+}
+
+// transient reports whether err is about the server or the connection
+// rather than the statement.
+func transient(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		// Not an answer from the server: dial errors, a reset or closed
+		// connection, a timeout waiting for a reply.
+		return !errors.Is(err, context.Canceled)
+	}
+	switch pe.Code[:2] {
+	case "08", // connection exception
+		"53", // insufficient resources: too many connections, disk full
+		"57": // operator intervention: shutdown, terminated backend, statement timeout
+		return true
+	}
+	switch pe.Code {
+	case "40001", "40P01", // serialization failure, deadlock: retry the transaction
+		"55P03": // lock not available
+		return true
+	}
+	return false
+}
+
+// rowError reports whether err is about the data of some row: the server
+// refused a value (class 22), a constraint of the table (class 23, such as a
+// CHECK or another unique index a user added) or a size limit (class 54,
+// such as an index entry too large). Retrying the same row cannot help;
+// the batch is split to find the row.
+func rowError(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "22", "23", "54":
+		return true
+	}
+	return false
+}

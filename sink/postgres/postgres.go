@@ -1,0 +1,318 @@
+// Package postgres is the idempotent PostgreSQL sink: one row per dedup key,
+// written with INSERT … ON CONFLICT (key), so a replay after a crash or a
+// cutover is a no-op. It is the durable half of the pipeline's guarantee:
+// the dedup store keeps most copies away, the primary key keeps the rest out.
+//
+// Writes from the pipeline's many goroutines are coalesced by a batcher into
+// one INSERT … SELECT FROM unnest(…) statement per batch (up to MaxBatch
+// rows), run by a few flushers in parallel; each Write returns once the
+// statement holding its row has committed.
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dedupflow/dedupflow/pipeline"
+)
+
+// OnConflict says what a row with an existing key does.
+type OnConflict int
+
+const (
+	// DoNothing keeps the first row written for a key: copies are no-ops.
+	DoNothing OnConflict = iota
+	// DoUpdate overwrites the row: the last write of a key wins.
+	DoUpdate
+)
+
+// ParseOnConflict reads "nothing" or "update".
+func ParseOnConflict(s string) (OnConflict, error) {
+	switch s {
+	case "nothing", "":
+		return DoNothing, nil
+	case "update":
+		return DoUpdate, nil
+	}
+	return 0, fmt.Errorf("unknown on-conflict action %q: want nothing or update", s)
+}
+
+func (c OnConflict) String() string {
+	if c == DoUpdate {
+		return "update"
+	}
+	return "nothing"
+}
+
+// Defaults of Options.
+const (
+	DefaultTable            = "events"
+	DefaultMaxBatch         = 500
+	DefaultFlushers         = 4
+	DefaultStatementTimeout = 10 * time.Second
+)
+
+// Options configure a Sink. The zero value is valid.
+type Options struct {
+	// Table is "name" or "schema.name"; created when absent.
+	Table      string
+	OnConflict OnConflict
+	// MaxBatch caps the rows of one statement.
+	MaxBatch int
+	// Flushers is how many statements run at once. While they run, new
+	// writes gather into the next batch, so batches grow with the load.
+	Flushers int
+	// StatementTimeout bounds one batch statement, so a hung server turns
+	// into errors (and retries) instead of writes that never return.
+	StatementTimeout time.Duration
+	Logger           *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.Flushers <= 0 {
+		o.Flushers = DefaultFlushers
+	}
+	if o.StatementTimeout <= 0 {
+		o.StatementTimeout = DefaultStatementTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Stats are counters of a Sink.
+type Stats struct {
+	Batches  int64 // statements that committed
+	Rows     int64 // distinct keys sent in committed statements
+	Inserted int64 // rows the server inserted or updated (the rest were conflicts)
+	Failed   int64 // statements that failed
+}
+
+// Sink writes messages to a PostgreSQL table.
+type Sink struct {
+	pool     *pgxpool.Pool
+	ownPool  bool
+	table    pgx.Identifier
+	insert   string
+	opt      Options
+	log      *slog.Logger
+	reqs     chan *request
+	batches  chan []*request
+	closing  chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	ctx      context.Context // outlives every statement; cancelled by Close last
+	cancel   context.CancelFunc
+
+	batchesOK, rows, inserted, failed atomic.Int64
+}
+
+var _ pipeline.Sink = (*Sink)(nil)
+
+// request is one Write waiting for its batch.
+type request struct {
+	row  row
+	ctx  context.Context // the writer's: a batch skips rows nobody waits for
+	done chan error      // buffered: a flusher never blocks on a writer
+}
+
+// Open connects to url (a postgres:// URL or key=value DSN), creates or
+// checks the table, and starts the batcher. The pool is the sink's and
+// holds at least one connection per flusher.
+func Open(ctx context.Context, url string, o Options) (*Sink, error) {
+	o.defaults()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The parse error quotes the URL, password included: say less.
+		return nil, fmt.Errorf("postgres sink: cannot parse the connection URL (want postgres://user@host:port/db?...)")
+	}
+	if cfg.MaxConns < int32(o.Flushers) {
+		cfg.MaxConns = int32(o.Flushers)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres sink: %w", err)
+	}
+	s, err := newSink(ctx, pool, o)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.ownPool = true
+	return s, nil
+}
+
+// New is Open over a pool the caller owns (and closes after the sink).
+func New(ctx context.Context, pool *pgxpool.Pool, o Options) (*Sink, error) {
+	o.defaults()
+	return newSink(ctx, pool, o)
+}
+
+func newSink(ctx context.Context, pool *pgxpool.Pool, o Options) (*Sink, error) {
+	t, err := ParseTable(o.Table)
+	if err != nil {
+		return nil, fmt.Errorf("postgres sink: %w", err)
+	}
+	created, err := ensureTable(ctx, pool, t)
+	if err != nil {
+		return nil, fmt.Errorf("postgres sink: %w", err)
+	}
+	s := &Sink{
+		pool:    pool,
+		table:   t,
+		insert:  insertSQL(t, o.OnConflict),
+		opt:     o,
+		log:     o.Logger,
+		reqs:    make(chan *request),
+		batches: make(chan []*request),
+		closing: make(chan struct{}),
+	}
+	// Statements run on a context of the sink's, not of any one writer: a
+	// batch serves many writers, and one giving up must not fail the rest.
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.wg.Add(1 + o.Flushers)
+	go s.batch()
+	for range o.Flushers {
+		go s.flush()
+	}
+	s.log.Info("postgres sink ready", "table", t.Sanitize(), "created", created,
+		"on_conflict", o.OnConflict.String(), "max_batch", o.MaxBatch, "flushers", o.Flushers)
+	return s, nil
+}
+
+// insertSQL is the one statement of a batch: parallel arrays, one per column,
+// unnested into rows. One statement parses and plans once for the whole
+// batch, which measured about twice the rate of a pipelined batch of
+// single-row INSERTs.
+func insertSQL(t pgx.Identifier, c OnConflict) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO ")
+	b.WriteString(t.Sanitize())
+	b.WriteString(" (key, message_id, data, data_json, attributes, event_time, publish_time)\n")
+	b.WriteString("SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::jsonb[], $5::jsonb[], $6::timestamptz[], $7::timestamptz[])\n")
+	if c == DoUpdate {
+		b.WriteString("ON CONFLICT (key) DO UPDATE SET message_id = excluded.message_id, data = excluded.data, " +
+			"data_json = excluded.data_json, attributes = excluded.attributes, event_time = excluded.event_time, " +
+			"publish_time = excluded.publish_time, written_at = now()")
+	} else {
+		b.WriteString("ON CONFLICT (key) DO NOTHING")
+	}
+	return b.String()
+}
+
+// Table is the quoted table name.
+func (s *Sink) Table() string { return s.table.Sanitize() }
+
+// Stats returns the counters so far.
+func (s *Sink) Stats() Stats {
+	return Stats{Batches: s.batchesOK.Load(), Rows: s.rows.Load(), Inserted: s.inserted.Load(), Failed: s.failed.Load()}
+}
+
+// Write implements pipeline.Sink: it returns nil once the row of m's key is
+// committed (inserted now, or already there). m's key is the dedup key; a
+// message passed without dedup is keyed on its message ID. An error wraps
+// pipeline.ErrPermanent when the message cannot be stored at all, and
+// dedup.ErrUnavailable when the server cannot be reached.
+//
+// When ctx ends first, Write returns its error, but the row may still be
+// committed by the statement already under way; the retry that follows is
+// then a no-op.
+func (s *Sink) Write(ctx context.Context, m *pipeline.Message) error {
+	r, err := encode(m)
+	if err != nil {
+		return fmt.Errorf("write message %s to %s: %w", m.ID, s.table.Sanitize(), err)
+	}
+	req := &request{row: r, ctx: ctx, done: make(chan error, 1)}
+	select {
+	case s.reqs <- req:
+	case <-s.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return fmt.Errorf("write key %q to %s: %w", r.key, s.table.Sanitize(), context.Cause(ctx))
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("write key %q to %s: %w", r.key, s.table.Sanitize(), context.Cause(ctx))
+	}
+}
+
+// Close stops taking writes, finishes the batches under way (each bounded
+// by StatementTimeout) and, when Open made the pool, closes it.
+func (s *Sink) Close() {
+	s.stopOnce.Do(func() {
+		close(s.closing)
+		s.wg.Wait()
+		s.cancel()
+		if s.ownPool {
+			s.pool.Close()
+		}
+	})
+}
+
+// batch gathers requests and hands them to the first idle flusher. It does
+// not wait to fill a batch: a lone write goes at once, and under load the
+// batch fills while every flusher is busy (group commit), so latency is low
+// when idle and round trips are few when busy.
+func (s *Sink) batch() {
+	defer s.wg.Done()
+	defer close(s.batches)
+	pending := make([]*request, 0, s.opt.MaxBatch)
+	for {
+		in := s.reqs
+		if len(pending) >= s.opt.MaxBatch {
+			in = nil // full: wait for a flusher
+		}
+		var out chan []*request
+		if len(pending) > 0 {
+			out = s.batches
+		}
+		select {
+		case r := <-in:
+			pending = append(pending, r)
+			// Take what is already waiting before offering the batch, so
+			// an idle flusher does not get a batch of one while writers
+			// queue behind it.
+		drain:
+			for len(pending) < s.opt.MaxBatch {
+				select {
+				case r := <-s.reqs:
+					pending = append(pending, r)
+				default:
+					break drain
+				}
+			}
+		case out <- pending:
+			pending = make([]*request, 0, s.opt.MaxBatch)
+		case <-s.closing:
+			// reqs is unbuffered, so nothing more can arrive: Writes
+			// still blocked on it see closing and return ErrClosed.
+			if len(pending) > 0 {
+				s.batches <- pending
+			}
+			return
+		}
+	}
+}
+
+func (s *Sink) flush() {
+	defer s.wg.Done()
+	for b := range s.batches {
+		s.writeBatch(b)
+	}
+}
