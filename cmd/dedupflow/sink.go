@@ -3,31 +3,62 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/dedupflow/dedupflow/sink/postgres"
+	"github.com/dedupflow/dedupflow/sink/stdout"
 )
 
 // sinkSpec is what --sink and its companions say.
 type sinkSpec struct {
-	spec    string // --sink
-	table   string // --table
-	client  *pubsub.Client
-	topic   pubsubio.Name // --output-topic, for the pubsub sink
-	timeout time.Duration // one write's bound
-	log     *slog.Logger
+	spec       string // --sink: pubsub, stdout, or a postgres:// URL
+	table      string // --table, for the postgres sink
+	onConflict string // --on-conflict, for the postgres sink: nothing (default) or update
+	client     *pubsub.Client
+	topic      pubsubio.Name // --output-topic, for the pubsub sink
+	timeout    time.Duration // one write's bound
+	stdout     io.Writer     // for --sink stdout; nil means os.Stdout
+	log        *slog.Logger
 }
 
-// openSink opens the sink named by --sink.
-func openSink(_ context.Context, s sinkSpec) (pipeline.Sink, func(), error) {
-	switch s.spec {
-	case "pubsub", "":
+// openSink opens the sink named by --sink. The returned func stops it,
+// after the pipeline has finished its writes.
+func openSink(ctx context.Context, s sinkSpec) (pipeline.Sink, func(), error) {
+	switch {
+	case s.spec == "pubsub" || s.spec == "":
 		ts := pubsubio.NewTopicSink(s.client, s.topic, s.timeout)
 		return ts, ts.Stop, nil
+	case s.spec == "stdout":
+		w := s.stdout
+		if w == nil {
+			w = os.Stdout
+		}
+		return stdout.New(w), func() {}, nil
+	case strings.HasPrefix(s.spec, "postgres://") || strings.HasPrefix(s.spec, "postgresql://"):
+		oc, err := postgres.ParseOnConflict(s.onConflict)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--on-conflict: %w", err)
+		}
+		o := postgres.Options{Table: s.table, OnConflict: oc, Logger: s.log}
+		if s.timeout > 0 {
+			// Half the write's bound: a statement that cannot finish
+			// by then fails as unavailable while the writer still
+			// waits, so the pipeline logs the cause, not a timeout.
+			o.StatementTimeout = max(s.timeout/2, time.Second)
+		}
+		ps, err := postgres.Open(ctx, s.spec, o)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--sink postgres: %w", err)
+		}
+		return ps, ps.Close, nil
 	}
-	return nil, nil, fmt.Errorf("unknown --sink %q: want pubsub", s.spec)
+	return nil, nil, fmt.Errorf("unknown --sink %q: want pubsub, stdout or a postgres:// URL", s.spec)
 }
