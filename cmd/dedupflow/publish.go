@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dedupflow/dedupflow/publisher"
+	"github.com/dedupflow/dedupflow/pubsubio"
+)
+
+// runPublish is the tutorial's producer: it publishes one event with a
+// stable key, and with --copies N publishes it N times as separate messages
+// with that one key — acting out a producer whose retry followed a lost
+// response, which is the duplicate a dedup pipeline must drop.
+func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		project, topicName, data, file, key, keyAttr, tsAttr string
+		copies, maxAttempts                                  int
+		attrs                                                = attrFlag{}
+		lf                                                   logFlags
+	)
+	fs := newFlags("publish", stderr)
+	fs.StringVar(&project, "project", "", "Google Cloud project of a short topic ID")
+	fs.StringVar(&topicName, "topic", "", "topic to publish to (ID or projects/P/topics/T)")
+	fs.StringVar(&data, "data", "", "message data, as text")
+	fs.StringVar(&file, "file", "", "read the message data from this file")
+	fs.Var(attrs, "attr", "attribute name=value; repeat for more")
+	fs.IntVar(&copies, "copies", 1, "publish the event this many times, as separate messages with the same key")
+	fs.StringVar(&key, "key", "", "the event's key (default: a new UUIDv7)")
+	fs.StringVar(&keyAttr, "key-attribute", publisher.DefaultKeyAttribute, "attribute the key is stamped into (the pipeline's --id-attribute)")
+	fs.StringVar(&tsAttr, "timestamp-attribute", "", "attribute to stamp the event time into, in ms since the epoch (empty: none)")
+	fs.IntVar(&maxAttempts, "max-attempts", publisher.DefaultMaxAttempts, "attempts per message before giving up")
+	lf.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: dedupflow publish --topic T (--data TEXT | --file F) [--attr k=v]... [--key K] [--copies N]")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	switch {
+	case topicName == "":
+		return errors.New("missing --topic")
+	case given["data"] && given["file"]:
+		return errors.New("give --data or --file, not both")
+	case !given["data"] && !given["file"]:
+		return errors.New("missing message data: give --data TEXT or --file F (--data '' for attributes only)")
+	case copies < 1:
+		return fmt.Errorf("--copies %d must be at least 1", copies)
+	case keyAttr == "":
+		return errors.New("--key-attribute must not be empty")
+	case maxAttempts < 1:
+		return fmt.Errorf("--max-attempts %d must be at least 1", maxAttempts)
+	}
+	body := []byte(data)
+	if given["file"] {
+		if body, err = os.ReadFile(file); err != nil {
+			return fmt.Errorf("read --file: %w", err)
+		}
+	}
+	topic, err := pubsubio.TopicName(project, topicName)
+	if err != nil {
+		return err
+	}
+	c, err := pubsubio.NewClient(ctx, topic.Project)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	pub := c.Publisher(topic.String())
+	defer pub.Stop()
+	p, err := publisher.New(pub, publisher.Options{
+		KeyAttribute: keyAttr, TimestampAttribute: tsAttr, MaxAttempts: maxAttempts, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	e := publisher.Event{Key: key, Data: body, Attributes: attrs}
+	if _, ok := attrs[tsAttr]; tsAttr != "" && !ok {
+		// One event time for all copies: they are one event.
+		e.Time = time.Now()
+	}
+	return publishCopies(ctx, p, e, copies, stdout)
+}
+
+// publishCopies publishes e copies times, one after another as a retrying
+// producer would, and prints each message ID. The key (and the event time)
+// are fixed by the first publish and reused by the others.
+func publishCopies(ctx context.Context, p *publisher.Publisher, e publisher.Event, copies int, stdout io.Writer) error {
+	for i := 1; i <= copies; i++ {
+		r := p.Publish(ctx, e)
+		id, err := r.Get(ctx)
+		if err != nil {
+			if copies > 1 {
+				return fmt.Errorf("copy %d of %d: %w", i, copies, err)
+			}
+			return err
+		}
+		e.Key = r.Key()
+		line := fmt.Sprintf("message_id=%s %s=%s", logfmt(id), logfmt(p.KeyAttribute()), logfmt(r.Key()))
+		if copies > 1 {
+			line += fmt.Sprintf(" copy=%d/%d", i, copies)
+		}
+		if _, err := fmt.Fprintln(stdout, line); err != nil {
+			return fmt.Errorf("write message ID: %w", err)
+		}
+	}
+	return nil
+}
+
+// logfmt quotes s unless it is a plain word, so a key with spaces, quotes
+// or control characters cannot garble the line or the terminal.
+func logfmt(s string) string {
+	if s == "" || strings.ContainsFunc(s, func(r rune) bool {
+		return r <= ' ' || r == '"' || r == '=' || r == '\\' || r >= 0x7f
+	}) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+// attrFlag collects repeated --attr name=value flags.
+type attrFlag map[string]string
+
+func (a attrFlag) String() string {
+	var s []string
+	for _, k := range slices.Sorted(maps.Keys(a)) {
+		s = append(s, k+"="+a[k])
+	}
+	return strings.Join(s, ",")
+}
+
+func (a attrFlag) Set(s string) error {
+	name, value, ok := strings.Cut(s, "=")
+	switch {
+	case !ok:
+		return fmt.Errorf("%q has no '=': want name=value", s)
+	case name == "":
+		return fmt.Errorf("%q has an empty attribute name: want name=value", s)
+	}
+	if _, dup := a[name]; dup {
+		return fmt.Errorf("attribute %q given twice", name)
+	}
+	a[name] = value
+	return nil
+}
