@@ -199,12 +199,18 @@ func (srv *subscriberServer) Pull(ctx context.Context, req *pb.PullRequest) (*pb
 // from the ErrorInfo metadata when exactly-once delivery is on.
 const ackFailure = "PERMANENT_FAILURE_INVALID_ACK_ID"
 
-// eodError reports ack IDs that could not be acknowledged or modified.
-// Ack IDs of the request that are not listed succeeded; the status code is
-// one the clients retry for those, and retrying them is harmless because an
-// ack ID acknowledged moments ago is acknowledged again without error.
-func eodError(failed map[string]string) error {
-	st := status.New(codes.Unavailable, "some ack IDs are invalid or expired (exactly-once delivery)")
+// eodError reports ack IDs that could not be acknowledged or modified,
+// with the ErrorInfo the clients read. When every ack ID failed the code is
+// InvalidArgument. When only some did, the code is Aborted: the clients
+// complete the listed ones with their failure and retry the others (and
+// gax does not retry Aborted by itself); the retry succeeds because an ack
+// ID acknowledged moments ago is acknowledged again without error.
+func eodError(failed map[string]string, total int) error {
+	code := codes.InvalidArgument
+	if len(failed) < total {
+		code = codes.Aborted
+	}
+	st := status.New(code, "some ack IDs are invalid or expired (exactly-once delivery)")
 	st, err := st.WithDetails(&errdetails.ErrorInfo{
 		Reason:   "EXACTLY_ONCE_ACKID_FAILURE",
 		Domain:   "pubsub.googleapis.com",
@@ -229,7 +235,7 @@ func (srv *subscriberServer) Acknowledge(ctx context.Context, req *pb.Acknowledg
 	off := b.offsetLocked()
 	b.mu.Unlock()
 	if len(failed) > 0 {
-		return nil, eodError(failed)
+		return nil, eodError(failed, len(req.AckIds))
 	}
 	// With exactly-once delivery a successful ack is a promise that the
 	// message does not come back, so it has to be durable first. Otherwise
@@ -254,7 +260,7 @@ func (srv *subscriberServer) ModifyAckDeadline(_ context.Context, req *pb.Modify
 	failed := b.modAckLocked(s, req.AckIds, req.AckDeadlineSeconds)
 	b.mu.Unlock()
 	if len(failed) > 0 {
-		return nil, eodError(failed)
+		return nil, eodError(failed, len(req.AckIds))
 	}
 	return &emptypb.Empty{}, nil
 }
