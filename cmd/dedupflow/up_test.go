@@ -18,10 +18,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"cloud.google.com/go/pubsub/v2"
-
-	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 // syncBuffer is an io.Writer that tests read while a command writes.
@@ -150,8 +146,8 @@ func TestUpBadFlags(t *testing.T) {
 }
 
 // TestUpBinary runs the tutorial from the built binary: `dedupflow up`,
-// messages published by another client, read with `dedupflow subscribe`,
-// then Ctrl-C.
+// `dedupflow publish` as the producer, `dedupflow subscribe` as the
+// consumer app, then Ctrl-C.
 func TestUpBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "dedupflow")
@@ -185,18 +181,23 @@ func TestUpBinary(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := pubsubio.NewClient(ctx, "dedupflow-demo", pubsubio.Insecure(addr)...)
-	if err != nil {
-		t.Fatal(err)
+	// dedupflow runs as another client of the broker would, through
+	// PUBSUB_EMULATOR_HOST as printed.
+	dedupflow := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = append(env, "PUBSUB_EMULATOR_HOST="+addr)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("dedupflow %v: %v\n%s", args, err, errb.String())
+		}
+		return out.String()
 	}
-	defer c.Close()
-	pub := c.Publisher("projects/dedupflow-demo/topics/topicToDataflow")
-	defer pub.Stop()
 	publish := func(data, key string) {
 		t.Helper()
-		if _, err := pub.Publish(ctx, &pubsub.Message{Data: []byte(data), Attributes: map[string]string{"key": key}}).Get(ctx); err != nil {
-			t.Fatalf("publish %q: %v", data, err)
-		}
+		dedupflow("publish", "--project", "dedupflow-demo", "--topic", "topicToDataflow",
+			"--data", data, "--key", key, "--key-attribute", "key")
 	}
 	// The seed tutorial: Message 2, 3 and 4 share key 456.
 	publish("Message 1", "123")
@@ -206,15 +207,8 @@ func TestUpBinary(t *testing.T) {
 
 	subscribe := func(args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, bin, append([]string{"subscribe", "--project", "dedupflow-demo",
+		return dedupflow(append([]string{"subscribe", "--project", "dedupflow-demo",
 			"--subscription", "topicFromDataflow.subscriptionFromDataflow"}, args...)...)
-		cmd.Env = append(env, "PUBSUB_EMULATOR_HOST="+addr)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("dedupflow subscribe %v: %v\n%s", args, err, errb.String())
-		}
-		return out.String()
 	}
 	var got []string
 	sc := bufio.NewScanner(strings.NewReader(subscribe("--json", "--count", "2")))
@@ -240,7 +234,7 @@ func TestUpBinary(t *testing.T) {
 	// Exactly those two: all four were received, two emitted, two dropped
 	// as republished copies.
 	waitMetrics(t, metricsURL, map[string]string{
-		`dedupflow_received_total`: "4",
+		`dedupflow_received_total`:                                "4",
 		`dedupflow_messages_total{outcome="emitted"}`:             "2",
 		`dedupflow_messages_total{outcome="duplicate_republish"}`: "2",
 	})
