@@ -143,6 +143,7 @@ func TestUpConsoleBrowser(t *testing.T) {
 		t.Error("no redelivery status shown")
 	}
 	if os.Getenv("DEDUPFLOW_UPDATE_SCREENSHOT") != "" {
+		do("unfocus", chromedp.Evaluate[chromedp.Void](`document.activeElement.blur(); getSelection().removeAllRanges()`))
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)

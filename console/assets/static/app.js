@@ -57,7 +57,7 @@
       .then((r) => {
         const n = r.message_ids.length;
         const ids = r.message_ids.join(", ");
-        setStatus(formStatus, (n === 1 ? "Published, message ID " : "Published " + n + " copies, message IDs ") + ids + ".", false);
+        setStatus(formStatus, (n === 1 ? "Published to the input, message ID " : "Published " + n + " copies to the input, message IDs ") + ids + ".", false);
         document.getElementById("message").select();
       })
       .catch((err) => {
@@ -81,7 +81,7 @@
     post("/api/redeliver", { submission: String(submission) })
       .then((r) => {
         const more = r.replayed - r.message_ids.length;
-        let text = "Redelivering “" + label + "” (message ID " + r.message_ids.join(", ") + ")";
+        let text = "Redelivering “" + label + "” (input message ID " + r.message_ids.join(", ") + ")";
         if (more > 0) text += " and " + more + " message" + (more === 1 ? "" : "s") + " published after it";
         setStatus(redeliverStatus, text + ": same message IDs again, so the pipeline drops them. Watch the counters.", false);
       })
