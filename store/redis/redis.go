@@ -1,0 +1,283 @@
+// Package redis is the dedup store shared by many replicas: the horizon
+// lives in Redis (or Redis Cluster), so replicas reading one subscription
+// agree on which keys were seen.
+//
+// # Records
+//
+// One Redis string per dedup key, named prefix + hex(key) (hex, not raw
+// bytes: a raw '{' ... '}' inside a key would act as a Cluster hash tag and
+// skew slots). Its value is "p<lease-until-ms>:<message-id>" while a claim
+// is pending and "d<expires-ms>:<message-tag>" once committed. Expiry and
+// leases are judged by the times passed in, as every store does; Redis also
+// drops each key by itself (PX) once it is of no use, measured from the
+// latest Claim.Now this store saw, so memory follows the live keys.
+//
+// # Atomicity and speed
+//
+// Every call touches one key, and each is atomic on the server:
+//
+//   - Claim sends SET key pending NX GET PX lease. A new key (the common
+//     case) is claimed by that one native command, as cheap as the plain
+//     SET NX a hand-rolled dedup would use. If the key exists, its old value
+//     comes back and is judged here: a live commit is a Duplicate and a live
+//     lease of another message is InFlight, with nothing written. Only a
+//     claim that must overwrite (an expired commit, an expired lease, our
+//     own earlier claim) runs the claim script, which re-checks and writes
+//     atomically.
+//   - Commit is SET key done PX ttl: it overwrites whatever is there, as
+//     the contract says.
+//   - Release is a script: delete only if still pending for this message.
+//
+// Scripts run by EVALSHA; after a server restart (NOSCRIPT) they are sent
+// once with EVAL, which caches them again.
+//
+// Concurrent calls are coalesced: callers queue their commands and a few
+// batcher goroutines owned by the store send whatever is queued as one
+// pipeline (up to MaxBatch commands), so a thousand callers cost a few
+// round trips instead of a thousand. On Redis Cluster, go-redis splits
+// each pipeline by node; since every command names one key, no hash tags or
+// slot co-location are needed.
+//
+// Errors from an unreachable or recovering server wrap dedup.ErrUnavailable
+// (callers nack and back off); the client reconnects by itself.
+package redis
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dedupflow/dedupflow/dedup"
+)
+
+// MaxHorizon is the longest horizon this store accepts; Redis itself has
+// no limit worth naming, this one keeps --horizon sane.
+const MaxHorizon = 366 * 24 * time.Hour
+
+// DefaultPrefix is prepended to every key this store writes.
+const DefaultPrefix = "dedupflow:"
+
+// ErrClosed is returned by calls on a closed store.
+var ErrClosed = errors.New("redis store closed")
+
+// Options configure a Store.
+type Options struct {
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Prefix of every key; default DefaultPrefix.
+	Prefix string
+	// MaxBatch is the most commands sent in one pipeline; default 500.
+	MaxBatch int
+	// Pipelines is how many pipelines may be in flight at once; default 4.
+	Pipelines int
+	// Timeout bounds one pipeline round trip; default 5s.
+	Timeout time.Duration
+}
+
+// Store is the Redis store.
+type Store struct {
+	rdb    goredis.UniversalClient
+	own    bool // close rdb on Close
+	log    *slog.Logger
+	prefix string
+	b      *batcher
+	// hw is the latest Claim.Now seen (Unix ms): the clock from which
+	// commit TTLs are measured.
+	hw     atomic.Int64
+	closed atomic.Bool
+	once   sync.Once
+}
+
+var _ dedup.Store = (*Store)(nil)
+
+// Open connects to the Redis named by rawURL: redis://[user:pass@]host:port/db
+// or rediss:// for TLS, with go-redis's query options (dial_timeout=,
+// pool_size=, ...) and two of ours: prefix= overrides Options.Prefix and
+// cluster=true connects to a Redis Cluster (more seed nodes with
+// addr=host:port). It pings the server, so a wrong address or password
+// fails here rather than on the first message.
+func Open(ctx context.Context, rawURL string, opt Options) (*Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse redis url: %w", err)
+	}
+	q := u.Query()
+	cluster := false
+	if v := q.Get("cluster"); v != "" {
+		switch v {
+		case "true", "1":
+			cluster = true
+		case "false", "0":
+		default:
+			return nil, fmt.Errorf("redis url: cluster=%q: want true or false", v)
+		}
+	}
+	if q.Has("prefix") {
+		opt.Prefix = q.Get("prefix")
+		if opt.Prefix == "" {
+			return nil, errors.New("redis url: empty prefix=")
+		}
+	}
+	q.Del("cluster")
+	q.Del("prefix")
+	u.RawQuery = q.Encode()
+	var rdb goredis.UniversalClient
+	if cluster {
+		co, err := goredis.ParseClusterURL(u.String())
+		if err != nil {
+			return nil, fmt.Errorf("parse redis cluster url %s: %w", u.Redacted(), err)
+		}
+		rdb = goredis.NewClusterClient(co)
+	} else {
+		if q.Has("addr") {
+			return nil, fmt.Errorf("redis url %s: addr= needs cluster=true", u.Redacted())
+		}
+		o, err := goredis.ParseURL(u.String())
+		if err != nil {
+			return nil, fmt.Errorf("parse redis url %s: %w", u.Redacted(), err)
+		}
+		rdb = goredis.NewClient(o)
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("connect to redis %s: %w", u.Redacted(), classify(err))
+	}
+	s := New(rdb, opt)
+	s.own = true
+	return s, nil
+}
+
+// New returns a store over a client the caller made (and closes after the
+// store's Close).
+func New(rdb goredis.UniversalClient, opt Options) *Store {
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Prefix == "" {
+		opt.Prefix = DefaultPrefix
+	}
+	if opt.MaxBatch <= 0 {
+		opt.MaxBatch = 500
+	}
+	if opt.Pipelines <= 0 {
+		opt.Pipelines = 4
+	}
+	if opt.Timeout <= 0 {
+		opt.Timeout = 5 * time.Second
+	}
+	s := &Store{rdb: rdb, log: opt.Logger, prefix: opt.Prefix}
+	s.b = newBatcher(s, opt)
+	return s
+}
+
+func (s *Store) key(k dedup.Key) string {
+	var b [64]byte
+	n := copy(b[:], s.prefix)
+	if n < len(s.prefix) {
+		return s.prefix + hex.EncodeToString(k[:])
+	}
+	return string(hex.AppendEncode(b[:n], k[:]))
+}
+
+// ms rounds up to a millisecond so a lease or horizon never ends early.
+func ms(t time.Time) int64 {
+	n := t.UnixNano()
+	return n/1e6 + b2i(n%1e6 > 0)
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Claim implements dedup.Store.
+func (s *Store) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error) {
+	now := c.Now.UnixMilli() // rounded down: a live record is never judged expired
+	for hw := s.hw.Load(); now > hw && !s.hw.CompareAndSwap(hw, now); hw = s.hw.Load() {
+	}
+	until := ms(c.LeaseUntil)
+	o := &op{
+		kind: opClaim, key: s.key(c.Key), msgID: c.MsgID, tag: dedup.MsgTag(c.MsgID),
+		now: now, at: until, ttl: max(until-now, 1),
+	}
+	if err := s.b.do(ctx, o); err != nil {
+		return dedup.Verdict{}, fmt.Errorf("claim key %s: %w", c.Key, err)
+	}
+	return o.verdict, nil
+}
+
+// Commit implements dedup.Store.
+func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires time.Time) error {
+	exp := ms(expires)
+	now := s.hw.Load()
+	if now == 0 {
+		// No claim seen yet (a commit right after a restart): measure the
+		// TTL from the wall clock; it only decides when Redis frees memory.
+		now = time.Now().UnixMilli()
+	}
+	o := &op{kind: opCommit, key: s.key(k), tag: dedup.MsgTag(msgID), at: exp, ttl: max(exp-now, 1)}
+	if err := s.b.do(ctx, o); err != nil {
+		return fmt.Errorf("commit key %s: %w", k, err)
+	}
+	return nil
+}
+
+// Release implements dedup.Store.
+func (s *Store) Release(ctx context.Context, k dedup.Key, msgID string) error {
+	o := &op{kind: opRelease, key: s.key(k), msgID: msgID}
+	if err := s.b.do(ctx, o); err != nil {
+		return fmt.Errorf("release key %s: %w", k, err)
+	}
+	return nil
+}
+
+// Close sends what is queued, stops the batchers and, if Open made the
+// client, closes it.
+func (s *Store) Close() error {
+	var err error
+	s.once.Do(func() {
+		s.closed.Store(true)
+		s.b.close()
+		if s.own {
+			if e := s.rdb.Close(); e != nil {
+				err = fmt.Errorf("close redis client: %w", e)
+			}
+		}
+	})
+	return err
+}
+
+// classify wraps errors worth retrying later in dedup.ErrUnavailable:
+// anything that is not a reply from the server (refused, reset, timeout,
+// closed pool) and the replies of a server that is starting, failing over
+// or out of memory. Other replies (a wrong password, a bug in a script)
+// are returned as they are: retrying will not fix them.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var re goredis.Error
+	if errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded) {
+		msg := re.Error()
+		for _, p := range transientReplies {
+			if strings.HasPrefix(msg, p) {
+				return fmt.Errorf("%w: %w", dedup.ErrUnavailable, err)
+			}
+		}
+		return err
+	}
+	return fmt.Errorf("%w: %w", dedup.ErrUnavailable, err)
+}
+
+var transientReplies = []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS", "OOM"}
