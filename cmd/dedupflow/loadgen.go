@@ -1,0 +1,539 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/term"
+
+	"github.com/dedupflow/dedupflow/publisher"
+	"github.com/dedupflow/dedupflow/pubsubio"
+)
+
+// Attributes loadgen sets on every message, so a consumer or a test can
+// tell the messages apart without parsing payloads.
+const (
+	// attrSeq is the logical event's number in the run, 0-based; all
+	// copies of an event share it.
+	attrSeq = "dedupflow_seq"
+	// attrCopy is 0 on an event's first message and 1, 2, ... on its
+	// republished copies.
+	attrCopy = "dedupflow_copy"
+	// attrRedeliver marks an event's first message as one a test consumer
+	// should have redelivered (leave unacked or nack its first delivery),
+	// so the same message ID comes back: the redelivery duplicate, which
+	// only the consumer side can produce. loadgen only marks.
+	attrRedeliver = "dedupflow_redeliver"
+)
+
+func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		project, topicName, keyAttr, tsAttr, progressMode string
+		cfg                                               loadPlanConfig
+		rate                                              float64
+		payloadSize, maxInFlight                          int
+		asJSON                                            bool
+		lf                                                logFlags
+	)
+	fs := newFlags("loadgen", stderr)
+	fs.StringVar(&project, "project", "", "Google Cloud project of a short topic ID")
+	fs.StringVar(&topicName, "topic", "", "topic to publish to (ID or projects/P/topics/T)")
+	fs.IntVar(&cfg.count, "count", 0, "logical events to publish")
+	fs.Float64Var(&rate, "rate", 0, "logical events per second (0: as fast as the topic takes them)")
+	fs.Float64Var(&cfg.dupRatio, "dup-ratio", 0.3, "share of keyed events republished as extra copies (same key, new message)")
+	fs.IntVar(&cfg.dupCopies, "dup-copies", 1, "extra copies of each republished event")
+	fs.Float64Var(&cfg.redeliverRatio, "redeliver-ratio", 0.05, "share of events marked "+attrRedeliver+"=1 for a test consumer to redeliver")
+	fs.Float64Var(&cfg.missingRatio, "missing-id-ratio", 0, "share of events published without the key attribute")
+	fs.IntVar(&payloadSize, "payload-size", 100, "bytes of data per message")
+	fs.StringVar(&keyAttr, "key-attribute", publisher.DefaultKeyAttribute, "attribute holding each event's key (the pipeline's --id-attribute)")
+	fs.StringVar(&tsAttr, "timestamp-attribute", "", "attribute to stamp the event time into, in ms since the epoch (empty: none)")
+	fs.Uint64Var(&cfg.seed, "seed", 0, "seed of the plan: which events are republished, keyless, marked (0: random, printed)")
+	fs.IntVar(&maxInFlight, "max-in-flight", 1000, "messages published and not yet acknowledged, at most")
+	fs.BoolVar(&asJSON, "json", false, "print the summary as one JSON object")
+	fs.StringVar(&progressMode, "progress", "auto", "progress on stderr: bar, lines, off, or auto (a bar on a terminal, else lines)")
+	lf.register(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return err
+	}
+	switch {
+	case topicName == "":
+		return errors.New("missing --topic")
+	case rate < 0 || math.IsNaN(rate) || math.IsInf(rate, 0):
+		return fmt.Errorf("--rate %v must be a non-negative number", rate)
+	case payloadSize < 0 || payloadSize > maxPayload:
+		return fmt.Errorf("--payload-size %d must be between 0 and %d bytes", payloadSize, maxPayload)
+	case maxInFlight < 1:
+		return fmt.Errorf("--max-in-flight %d must be at least 1", maxInFlight)
+	case keyAttr == "":
+		return errors.New("--key-attribute must not be empty")
+	}
+	if cfg.seed == 0 {
+		for cfg.seed == 0 {
+			cfg.seed = rand.Uint64()
+		}
+	}
+	plan, err := newLoadPlan(cfg)
+	if err != nil {
+		return err
+	}
+	topic, err := pubsubio.TopicName(project, topicName)
+	if err != nil {
+		return err
+	}
+	c, err := pubsubio.NewClient(ctx, topic.Project)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	pub := c.Publisher(topic.String())
+	defer pub.Stop()
+	p, err := publisher.New(pub, publisher.Options{KeyAttribute: keyAttr, TimestampAttribute: tsAttr, Logger: log})
+	if err != nil {
+		return err
+	}
+	prog, err := newProgress(progressMode, stderr, plan.totals.Messages, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	g := &loadgen{p: p, raw: pub, plan: plan, tsAttr: tsAttr, payloadSize: payloadSize,
+		rate: rate, maxInFlight: maxInFlight, progress: prog, log: log}
+	start := time.Now()
+	runErr := g.run(ctx)
+	prog.finish()
+	s := g.summary(topic.String(), keyAttr, cfg.seed, time.Since(start), runErr == nil)
+	if err := s.write(stdout, asJSON); err != nil {
+		return errors.Join(runErr, err)
+	}
+	return runErr
+}
+
+// maxPayload leaves room under the message limit for loadgen's attributes.
+const maxPayload = publisher.MaxMessageBytes - 4096
+
+// loadgen publishes a plan: each event's messages are handed to the
+// client at once (it batches them), and up to maxInFlight unacknowledged
+// messages are waited on by a few waiters, which also run the publisher's
+// retries.
+type loadgen struct {
+	p           *publisher.Publisher
+	raw         *pubsub.Publisher // for keyless events, which the key-stamping publisher cannot send
+	plan        *loadPlan
+	tsAttr      string
+	payloadSize int
+	rate        float64
+	maxInFlight int
+	progress    progress
+	log         *slog.Logger
+
+	// What the server acknowledged.
+	events, messages, copies, republished, keyless, redeliver atomic.Int64
+}
+
+type inFlight struct {
+	res interface {
+		Get(context.Context) (string, error)
+	}
+	ev   plannedEvent
+	copy int
+}
+
+const loadgenWaiters = 16
+
+func (g *loadgen) run(ctx context.Context) error {
+	eg, ctx := errgroup.WithContext(ctx)
+	queue := make(chan inFlight, g.maxInFlight)
+	for range min(loadgenWaiters, g.maxInFlight) {
+		eg.Go(func() error {
+			for f := range queue {
+				if _, err := f.res.Get(ctx); err != nil {
+					return fmt.Errorf("event %d, copy %d: %w", f.ev.seq, f.copy, err)
+				}
+				g.acked(f)
+			}
+			return nil
+		})
+	}
+	eg.Go(func() error {
+		defer close(queue)
+		return g.produce(ctx, queue)
+	})
+	return eg.Wait()
+}
+
+// produce publishes every planned event at the configured rate.
+func (g *loadgen) produce(ctx context.Context, queue chan<- inFlight) error {
+	start := time.Now()
+	enqueue := func(f inFlight) error {
+		select {
+		case queue <- f:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for i := 0; ; i++ {
+		ev, ok := g.plan.next()
+		if !ok {
+			return nil
+		}
+		if g.rate > 0 {
+			due := start.Add(time.Duration(float64(i) / g.rate * float64(time.Second)))
+			if err := sleepUntil(ctx, due); err != nil {
+				return err
+			}
+		}
+		data := loadPayload(ev.seq, g.payloadSize)
+		now := time.Now()
+		attrs := func(cp int) map[string]string {
+			a := map[string]string{attrSeq: strconv.Itoa(ev.seq), attrCopy: strconv.Itoa(cp)}
+			if ev.redeliver && cp == 0 {
+				a[attrRedeliver] = "1"
+			}
+			return a
+		}
+		if ev.keyless {
+			a := attrs(0)
+			if g.tsAttr != "" {
+				a[g.tsAttr] = strconv.FormatInt(now.UnixMilli(), 10)
+			}
+			if err := enqueue(inFlight{res: g.raw.Publish(ctx, &pubsub.Message{Data: data, Attributes: a}), ev: ev}); err != nil {
+				return err
+			}
+			continue
+		}
+		// The copies reuse the key the first publish fixed, and its event
+		// time: they are the same event, published again.
+		r := g.p.Publish(ctx, publisher.Event{Data: data, Attributes: attrs(0), Time: now})
+		if r.Key() == "" {
+			_, err := r.Get(ctx)
+			return fmt.Errorf("event %d: %w", ev.seq, err)
+		}
+		if err := enqueue(inFlight{res: r, ev: ev}); err != nil {
+			return err
+		}
+		for c := 1; c <= ev.copies; c++ {
+			rc := g.p.Publish(ctx, publisher.Event{Key: r.Key(), Data: data, Attributes: attrs(c), Time: now})
+			if err := enqueue(inFlight{res: rc, ev: ev, copy: c}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (g *loadgen) acked(f inFlight) {
+	g.messages.Add(1)
+	if f.copy > 0 {
+		g.copies.Add(1)
+	} else {
+		g.events.Add(1)
+		if f.ev.keyless {
+			g.keyless.Add(1)
+		}
+		if f.ev.redeliver {
+			g.redeliver.Add(1)
+		}
+		if f.ev.copies > 0 {
+			g.republished.Add(1)
+		}
+	}
+	g.progress.add(1)
+}
+
+func sleepUntil(ctx context.Context, due time.Time) error {
+	d := time.Until(due)
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// loadPayload is size bytes of readable text that starts by naming the
+// event, so a payload seen in a consumer's output can be traced back.
+func loadPayload(seq, size int) []byte {
+	b := make([]byte, size)
+	n := copy(b, "loadgen event "+strconv.Itoa(seq)+" ")
+	for i := n; i < size; i++ {
+		b[i] = 'a' + byte(i%26)
+	}
+	return b
+}
+
+// loadSummary is what a run sent. With --missing-id fallback, a correct
+// dedup pipeline emits ExpectedUniqueKeys messages: one per event, keyed
+// ones by their key and keyless ones by their message ID.
+type loadSummary struct {
+	Topic              string  `json:"topic"`
+	KeyAttribute       string  `json:"key_attribute"`
+	Seed               uint64  `json:"seed"`
+	Complete           bool    `json:"complete"`
+	Events             int64   `json:"events"`
+	Messages           int64   `json:"messages"`
+	Copies             int64   `json:"copies"`
+	RepublishedEvents  int64   `json:"republished_events"`
+	KeyedEvents        int64   `json:"keyed_events"`
+	KeylessEvents      int64   `json:"keyless_events"`
+	RedeliverMarked    int64   `json:"redeliver_marked"`
+	ExpectedUniqueKeys int64   `json:"expected_unique_keys"`
+	ElapsedSeconds     float64 `json:"elapsed_seconds"`
+	MessagesPerSecond  float64 `json:"messages_per_second"`
+	EventsPerSecond    float64 `json:"events_per_second"`
+}
+
+func (g *loadgen) summary(topic, keyAttr string, seed uint64, elapsed time.Duration, complete bool) loadSummary {
+	s := loadSummary{Topic: topic, KeyAttribute: keyAttr, Seed: seed, Complete: complete,
+		Events: g.events.Load(), Messages: g.messages.Load(), Copies: g.copies.Load(),
+		RepublishedEvents: g.republished.Load(), KeylessEvents: g.keyless.Load(),
+		RedeliverMarked: g.redeliver.Load(), ElapsedSeconds: elapsed.Seconds()}
+	s.KeyedEvents = s.Events - s.KeylessEvents
+	s.ExpectedUniqueKeys = s.Events
+	if secs := elapsed.Seconds(); secs > 0 {
+		s.MessagesPerSecond = float64(s.Messages) / secs
+		s.EventsPerSecond = float64(s.Events) / secs
+	}
+	return s
+}
+
+func (s loadSummary) write(w io.Writer, asJSON bool) error {
+	if asJSON {
+		if err := json.NewEncoder(w).Encode(s); err != nil {
+			return fmt.Errorf("write summary: %w", err)
+		}
+		return nil
+	}
+	state := ""
+	if !s.Complete {
+		state = " (incomplete: counts are what the server acknowledged)"
+	}
+	_, err := fmt.Fprintf(w, `loadgen summary%s
+  topic                 %s
+  logical events        %d
+  messages sent         %d (%d first copies + %d republished copies of %d events)
+  events without key    %d (attribute %s missing)
+  marked for redelivery %d (attribute %s=1)
+  expected unique keys  %d (what a dedup pipeline should emit)
+  elapsed               %s
+  rate                  %.1f messages/s, %.1f events/s
+  seed                  %d (--seed %d replays this plan)
+`, state, s.Topic, s.Events, s.Messages, s.Events, s.Copies, s.RepublishedEvents,
+		s.KeylessEvents, s.KeyAttribute, s.RedeliverMarked, attrRedeliver, s.ExpectedUniqueKeys,
+		time.Duration(s.ElapsedSeconds*float64(time.Second)).Round(time.Millisecond),
+		s.MessagesPerSecond, s.EventsPerSecond, s.Seed, s.Seed)
+	if err != nil {
+		return fmt.Errorf("write summary: %w", err)
+	}
+	return nil
+}
+
+// progress shows acknowledged messages on stderr.
+type progress interface {
+	add(n int)
+	finish()
+}
+
+func newProgress(mode string, w io.Writer, total int, every time.Duration) (progress, error) {
+	if mode == "auto" {
+		mode = "lines"
+		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			mode = "bar"
+		}
+	}
+	switch mode {
+	case "off":
+		return noProgress{}, nil
+	case "bar":
+		return barProgress{progressbar.NewOptions(total,
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionSetDescription("publishing"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("msg"),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		)}, nil
+	case "lines":
+		return newLineProgress(w, total, every), nil
+	}
+	return nil, fmt.Errorf("--progress %q: want auto, bar, lines or off", mode)
+}
+
+type noProgress struct{}
+
+func (noProgress) add(int) {}
+func (noProgress) finish() {}
+
+type barProgress struct{ b *progressbar.ProgressBar }
+
+func (p barProgress) add(n int) { _ = p.b.Add(n) }
+func (p barProgress) finish()   { _ = p.b.Finish() }
+
+// lineProgress prints a plain line now and then, for logs and pipes
+// where a redrawn bar would be noise. Its ticker goroutine is stopped and
+// waited for by finish.
+type lineProgress struct {
+	w     io.Writer
+	total int
+	start time.Time
+	n     atomic.Int64
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func newLineProgress(w io.Writer, total int, every time.Duration) *lineProgress {
+	p := &lineProgress{w: w, total: total, start: time.Now(), stop: make(chan struct{})}
+	p.wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+				p.line("")
+			}
+		}
+	})
+	return p
+}
+
+func (p *lineProgress) add(n int) { p.n.Add(int64(n)) }
+
+func (p *lineProgress) finish() {
+	close(p.stop)
+	p.wg.Wait()
+	p.line(", done")
+}
+
+func (p *lineProgress) line(suffix string) {
+	n := p.n.Load()
+	pct := 100.0
+	if p.total > 0 {
+		pct = 100 * float64(n) / float64(p.total)
+	}
+	rate := float64(n) / max(time.Since(p.start).Seconds(), 1e-9)
+	fmt.Fprintf(p.w, "loadgen: %d/%d messages (%.0f%%), %.0f messages/s%s\n", n, p.total, pct, rate, suffix)
+}
+
+// loadPlanConfig says what a run publishes.
+type loadPlanConfig struct {
+	count          int
+	dupRatio       float64 // of keyed events
+	dupCopies      int
+	redeliverRatio float64 // of all events
+	missingRatio   float64 // of all events
+	seed           uint64
+}
+
+// plannedEvent is one logical event of a plan.
+type plannedEvent struct {
+	seq       int
+	copies    int  // extra messages with the same key
+	keyless   bool // published without the key attribute
+	redeliver bool // first message marked with attrRedeliver
+}
+
+// planTotals are a plan's exact counts, known before anything is sent.
+type planTotals struct {
+	Events, Keyless, Republished, Copies, Redeliver, Messages int
+}
+
+// loadPlan yields the events of a run one at a time, so its memory does
+// not grow with --count. Each share is an exact count (ratio × events,
+// rounded), spread over the run by selection sampling with its own
+// seeded stream: the same seed and flags give the same plan.
+type loadPlan struct {
+	cfg                     loadPlanConfig
+	totals                  planTotals
+	seq                     int
+	keyless, dup, redeliver sampler
+}
+
+func newLoadPlan(c loadPlanConfig) (*loadPlan, error) {
+	if c.count < 1 {
+		return nil, fmt.Errorf("--count %d must be at least 1", c.count)
+	}
+	for _, r := range []struct {
+		flag string
+		v    float64
+	}{{"--dup-ratio", c.dupRatio}, {"--redeliver-ratio", c.redeliverRatio}, {"--missing-id-ratio", c.missingRatio}} {
+		if !(r.v >= 0 && r.v <= 1) { // also rejects NaN
+			return nil, fmt.Errorf("%s %v must be between 0 and 1", r.flag, r.v)
+		}
+	}
+	if c.dupCopies < 1 {
+		return nil, fmt.Errorf("--dup-copies %d must be at least 1", c.dupCopies)
+	}
+	share := func(r float64, of int) int { return int(math.Round(r * float64(of))) }
+	t := planTotals{Events: c.count, Keyless: share(c.missingRatio, c.count), Redeliver: share(c.redeliverRatio, c.count)}
+	// Only keyed events are republished: without a key, a second copy
+	// would be a new event to any pipeline, not a duplicate.
+	keyed := c.count - t.Keyless
+	t.Republished = share(c.dupRatio, keyed)
+	t.Copies = t.Republished * c.dupCopies
+	t.Messages = t.Events + t.Copies
+	return &loadPlan{cfg: c, totals: t,
+		keyless:   newSampler(c.seed, 1, t.Keyless, c.count),
+		dup:       newSampler(c.seed, 2, t.Republished, keyed),
+		redeliver: newSampler(c.seed, 3, t.Redeliver, c.count),
+	}, nil
+}
+
+// next returns the next event, or false after the last.
+func (p *loadPlan) next() (plannedEvent, bool) {
+	if p.seq >= p.cfg.count {
+		return plannedEvent{}, false
+	}
+	e := plannedEvent{seq: p.seq, keyless: p.keyless.next(), redeliver: p.redeliver.next()}
+	if !e.keyless && p.dup.next() {
+		e.copies = p.cfg.dupCopies
+	}
+	p.seq++
+	return e, true
+}
+
+// sampler picks exactly want of n items, in order, each subset equally
+// likely (Knuth's selection sampling, Algorithm S).
+type sampler struct {
+	rng        *rand.Rand
+	want, left int
+}
+
+func newSampler(seed, stream uint64, want, n int) sampler {
+	return sampler{rng: rand.New(rand.NewPCG(seed, stream)), want: want, left: n}
+}
+
+func (s *sampler) next() bool {
+	if s.left <= 0 {
+		return false
+	}
+	pick := s.rng.IntN(s.left) < s.want
+	s.left--
+	if pick {
+		s.want--
+	}
+	return pick
+}

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func collectPlan(t *testing.T, c loadPlanConfig) ([]plannedEvent, planTotals) {
+	t.Helper()
+	p, err := newLoadPlan(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []plannedEvent
+	for e, ok := p.next(); ok; e, ok = p.next() {
+		evs = append(evs, e)
+	}
+	if _, ok := p.next(); ok {
+		t.Fatal("plan goes on after its end")
+	}
+	return evs, p.totals
+}
+
+func TestLoadPlanCounts(t *testing.T) {
+	for _, c := range []loadPlanConfig{
+		{count: 1000, dupRatio: 0.3, dupCopies: 1, redeliverRatio: 0.05, seed: 1},
+		{count: 1000, dupRatio: 0.3, dupCopies: 3, redeliverRatio: 0.05, missingRatio: 0.2, seed: 2},
+		{count: 7, dupRatio: 1, dupCopies: 2, redeliverRatio: 1, missingRatio: 0.5, seed: 3},
+		{count: 1, dupCopies: 1, seed: 4},
+		{count: 10, dupRatio: 0.5, dupCopies: 1, missingRatio: 1, seed: 5},
+	} {
+		evs, tot := collectPlan(t, c)
+		var keyless, republished, copies, redeliver int
+		for i, e := range evs {
+			if e.seq != i {
+				t.Fatalf("event %d has seq %d", i, e.seq)
+			}
+			if e.keyless {
+				keyless++
+				if e.copies != 0 {
+					t.Errorf("%+v: a keyless event was republished", c)
+				}
+			}
+			if e.copies > 0 {
+				republished++
+				if e.copies != c.dupCopies {
+					t.Errorf("event %d has %d copies, want %d", i, e.copies, c.dupCopies)
+				}
+			}
+			copies += e.copies
+			if e.redeliver {
+				redeliver++
+			}
+		}
+		want := planTotals{Events: len(evs), Keyless: keyless, Republished: republished, Copies: copies,
+			Redeliver: redeliver, Messages: len(evs) + copies}
+		if tot != want || len(evs) != c.count {
+			t.Errorf("%+v: totals %+v, counted %+v over %d events", c, tot, want, len(evs))
+		}
+		round := func(r float64, n int) int { return int(r*float64(n) + 0.5) }
+		if keyless != round(c.missingRatio, c.count) || redeliver != round(c.redeliverRatio, c.count) ||
+			republished != round(c.dupRatio, c.count-keyless) {
+			t.Errorf("%+v: %d keyless, %d redeliver, %d republished: not the ratios", c, keyless, redeliver, republished)
+		}
+	}
+}
+
+func TestLoadPlanSeed(t *testing.T) {
+	c := loadPlanConfig{count: 500, dupRatio: 0.3, dupCopies: 1, redeliverRatio: 0.1, missingRatio: 0.1, seed: 42}
+	a, _ := collectPlan(t, c)
+	b, _ := collectPlan(t, c)
+	if !reflect.DeepEqual(a, b) {
+		t.Error("one seed gave two plans")
+	}
+	c.seed = 43
+	d, _ := collectPlan(t, c)
+	if reflect.DeepEqual(a, d) {
+		t.Error("seeds 42 and 43 gave the same plan")
+	}
+	// The shares are spread over the run, not bunched at its start.
+	var firstHalf int
+	for _, e := range a[:250] {
+		if e.copies > 0 {
+			firstHalf++
+		}
+	}
+	if firstHalf < 40 || firstHalf > 95 {
+		t.Errorf("%d of 135 republished events in the first half, want about 67", firstHalf)
+	}
+}
+
+func TestLoadPlanInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		c    loadPlanConfig
+		want string
+	}{
+		{loadPlanConfig{count: 0, dupCopies: 1}, "--count 0"},
+		{loadPlanConfig{count: 1, dupRatio: 1.5, dupCopies: 1}, "--dup-ratio 1.5"},
+		{loadPlanConfig{count: 1, redeliverRatio: -0.1, dupCopies: 1}, "--redeliver-ratio -0.1"},
+		{loadPlanConfig{count: 1, dupCopies: 0}, "--dup-copies 0"},
+	} {
+		if _, err := newLoadPlan(tc.c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want an error about %s", tc.c, err, tc.want)
+		}
+	}
+}
+
+// End to end against pstest: the server holds events + copies messages,
+// the key attribute has as many distinct values as keyed events, every
+// republished event has its copies under one key, and the summary says so.
+func TestLoadgenEndToEnd(t *testing.T) {
+	srv := pubServer(t, "load")
+	out, errOut, err := runCmd(t, "loadgen", "--project", "test-project", "--topic", "load", "--count", "300",
+		"--dup-ratio", "0.3", "--dup-copies", "2", "--redeliver-ratio", "0.1", "--missing-id-ratio", "0.1",
+		"--payload-size", "64", "--seed", "7", "--json", "--progress", "lines", "--timestamp-attribute", "ts")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	var s loadSummary
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("summary %q: %v", out, err)
+	}
+	_, tot := collectPlan(t, loadPlanConfig{count: 300, dupRatio: 0.3, dupCopies: 2, redeliverRatio: 0.1, missingRatio: 0.1, seed: 7})
+	want := loadSummary{Topic: "projects/test-project/topics/load", KeyAttribute: "event_id", Seed: 7, Complete: true,
+		Events: 300, Messages: int64(tot.Messages), Copies: int64(tot.Copies), RepublishedEvents: int64(tot.Republished),
+		KeyedEvents: 300 - int64(tot.Keyless), KeylessEvents: int64(tot.Keyless), RedeliverMarked: int64(tot.Redeliver),
+		ExpectedUniqueKeys: 300}
+	got := s
+	got.ElapsedSeconds, got.MessagesPerSecond, got.EventsPerSecond = 0, 0, 0
+	if got != want {
+		t.Errorf("summary %+v\nwant     %+v", got, want)
+	}
+	if s.Messages != s.Events+s.Copies || s.KeylessEvents != 30 || s.RepublishedEvents != 81 || s.Copies != 162 {
+		t.Errorf("summary arithmetic: %+v", s)
+	}
+
+	msgs := srv.Messages()
+	if int64(len(msgs)) != s.Messages {
+		t.Fatalf("server holds %d messages, summary says %d", len(msgs), s.Messages)
+	}
+	byKey := map[string][]int{} // key -> copy numbers
+	seqs := map[string]bool{}
+	var keyless, marked int
+	for _, m := range msgs {
+		a := m.Attributes
+		if len(m.Data) != 64 || !strings.HasPrefix(string(m.Data), "loadgen event "+a[attrSeq]+" ") {
+			t.Errorf("message %s data %q", m.ID, m.Data)
+		}
+		if a["ts"] == "" {
+			t.Errorf("message %s has no timestamp", m.ID)
+		}
+		if a[attrRedeliver] == "1" {
+			marked++
+		}
+		cp, _ := strconv.Atoi(a[attrCopy])
+		if cp == 0 {
+			seqs[a[attrSeq]] = true
+		}
+		k, ok := a["event_id"]
+		if !ok {
+			keyless++
+			continue
+		}
+		byKey[k] = append(byKey[k], cp)
+	}
+	if int64(len(byKey)) != s.KeyedEvents || int64(keyless) != s.KeylessEvents || int64(marked) != s.RedeliverMarked || len(seqs) != 300 {
+		t.Errorf("%d distinct keys, %d keyless, %d marked, %d events; summary %+v", len(byKey), keyless, marked, len(seqs), s)
+	}
+	var republished int64
+	for k, cps := range byKey {
+		switch len(cps) {
+		case 1:
+		case 3:
+			republished++
+		default:
+			t.Errorf("key %s on %d messages (copies %v), want 1 or 3", k, len(cps), cps)
+		}
+	}
+	if republished != s.RepublishedEvents {
+		t.Errorf("%d keys with copies, summary says %d", republished, s.RepublishedEvents)
+	}
+	if !strings.Contains(errOut, "loadgen: 462/462 messages (100%)") {
+		t.Errorf("no final progress line on stderr:\n%s", errOut)
+	}
+}
+
+func TestLoadgenTextSummaryAndRate(t *testing.T) {
+	pubServer(t, "load")
+	start := time.Now()
+	out, _, err := runCmd(t, "loadgen", "--project", "test-project", "--topic", "load", "--count", "10",
+		"--rate", "50", "--progress", "off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 10 events at 50/s: the last is due 180 ms after the first.
+	if d := time.Since(start); d < 180*time.Millisecond {
+		t.Errorf("10 events at --rate 50 took %v", d)
+	}
+	for _, want := range []string{"logical events        10", "messages sent         13 (10 first copies + 3 republished copies of 3 events)",
+		"marked for redelivery 1 (attribute dedupflow_redeliver=1)", "expected unique keys  10", "--seed "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestLoadgenBadFlags(t *testing.T) {
+	pubServer(t)
+	base := []string{"loadgen", "--project", "test-project", "--topic", "load"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--count", "0"}, "--count 0 must be at least 1"},
+		{[]string{"--count", "5", "--dup-ratio", "2"}, "--dup-ratio 2 must be between 0 and 1"},
+		{[]string{"--count", "5", "--rate", "-1"}, "--rate -1"},
+		{[]string{"--count", "5", "--payload-size", "-1"}, "--payload-size -1"},
+		{[]string{"--count", "5", "--progress", "fancy"}, `--progress "fancy"`},
+		{[]string{"--count", "5", "--max-in-flight", "0"}, "--max-in-flight 0"},
+		{[]string{"--count", "5", "--key-attribute", ""}, "--key-attribute must not be empty"},
+	} {
+		_, _, err := runCmd(t, append(base, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error about %s", tc.args, err, tc.want)
+		}
+	}
+	if _, _, err := runCmd(t, "loadgen", "--count", "5"); err == nil || !strings.Contains(err.Error(), "missing --topic") {
+		t.Errorf("no topic: %v", err)
+	}
+}
+
+// A publish that fails for good stops the run with an error naming the
+// event, and the summary still says what got through.
+func TestLoadgenStopsOnError(t *testing.T) {
+	pubServer(t) // no topic: every publish is NotFound
+	out, _, err := runCmd(t, "loadgen", "--project", "test-project", "--topic", "missing", "--count", "50", "--progress", "off", "--json")
+	if err == nil || !strings.Contains(err.Error(), "NotFound") || !strings.Contains(err.Error(), "event ") {
+		t.Fatalf("error %v, want NotFound naming the event", err)
+	}
+	var s loadSummary
+	if err := json.Unmarshal([]byte(out), &s); err != nil || s.Complete || s.Messages != 0 {
+		t.Errorf("summary %q (%v), want an incomplete one with nothing sent", out, err)
+	}
+}
+
+func TestLineProgressStops(t *testing.T) {
+	var mu sync.Mutex
+	var b bytes.Buffer
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return b.Write(p) })
+	p := newLineProgress(w, 10, time.Millisecond)
+	p.add(4)
+	time.Sleep(20 * time.Millisecond)
+	p.add(6)
+	p.finish()
+	mu.Lock()
+	defer mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "loadgen: 4/10 messages (40%)") ||
+		!strings.HasPrefix(lines[len(lines)-1], "loadgen: 10/10 messages (100%)") || !strings.HasSuffix(lines[len(lines)-1], ", done") {
+		t.Errorf("progress lines:\n%s", b.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
