@@ -125,4 +125,3 @@ func BenchmarkClaimCommit(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
-
