@@ -2,23 +2,23 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/dedupflow/dedupflow/dedup"
-	"github.com/dedupflow/dedupflow/store/mem"
+	"github.com/dedupflow/dedupflow/store"
 )
 
 // openState opens the store named by --state and checks that it can hold
 // the horizon.
-func openState(_ context.Context, spec string, horizon time.Duration, _ *slog.Logger) (dedup.Store, func(), error) {
-	switch spec {
-	case "mem", "":
-		if horizon > mem.MaxHorizon {
-			return nil, nil, fmt.Errorf("--horizon %v is longer than the memory store holds (%v)", horizon, mem.MaxHorizon)
-		}
-		return mem.New(), func() {}, nil
+func openState(ctx context.Context, spec string, horizon time.Duration, log *slog.Logger) (dedup.Store, func(), error) {
+	s, c, err := store.Open(ctx, spec, store.Options{Logger: log, Horizon: horizon})
+	if err != nil {
+		return nil, nil, err
 	}
-	return nil, nil, fmt.Errorf("unknown --state %q: want mem", spec)
+	return s, func() {
+		if err := c.Close(); err != nil {
+			log.Warn("closing the dedup store", "err", err)
+		}
+	}, nil
 }
