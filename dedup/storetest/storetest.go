@@ -45,6 +45,9 @@ func Run(t *testing.T, open Open) {
 		{"HorizonFixedFromFirstSight", horizonFixed},
 		{"KeysIndependent", keysIndependent},
 		{"ConcurrentClaimantsOneWins", concurrent},
+		{"PendingSameMessageRenewsLease", renewsLease},
+		{"ReleaseAfterCommitKeepsDone", releaseAfterCommit},
+		{"ClaimOverExpiredKeyHoldsLease", expiredKeyLease},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, open(t)) })
@@ -199,4 +202,35 @@ func concurrent(t *testing.T, s dedup.Store) {
 			t.Fatalf("round %d: %d claimants proceeded, want exactly 1", r, n)
 		}
 	}
+}
+
+// renewsLease: a claim by the lease holder's own message renews the lease,
+// so a retry that runs long is not taken over at the first lease's end.
+func renewsLease(t *testing.T, s dedup.Store) {
+	k, now := key(t), time.Now()
+	want(t, claim(t, s, k, "m1", now), dedup.Proceed, 0)
+	again := now.Add(lease - time.Second)
+	want(t, claim(t, s, k, "m1", again), dedup.Proceed, 0)
+	want(t, claim(t, s, k, "m2", now.Add(lease+time.Second)), dedup.InFlight, 0)
+}
+
+// releaseAfterCommit: a late release (the writer thought the write failed)
+// does not undo a commit.
+func releaseAfterCommit(t *testing.T, s dedup.Store) {
+	k, now := key(t), time.Now()
+	want(t, claim(t, s, k, "m1", now), dedup.Proceed, 0)
+	commit(t, s, k, "m1", now.Add(time.Minute))
+	release(t, s, k, "m1")
+	want(t, claim(t, s, k, "m2", now.Add(time.Second)), dedup.Duplicate, dedup.Republish)
+}
+
+// expiredKeyLease: a claim over an expired commit holds a lease like any
+// other, keeping other messages out.
+func expiredKeyLease(t *testing.T, s dedup.Store) {
+	k, now := key(t), time.Now()
+	want(t, claim(t, s, k, "m1", now), dedup.Proceed, 0)
+	commit(t, s, k, "m1", now.Add(time.Second))
+	want(t, claim(t, s, k, "m2", now.Add(1100*time.Millisecond)), dedup.Proceed, 0)
+	want(t, claim(t, s, k, "m3", now.Add(1200*time.Millisecond)), dedup.InFlight, 0)
+	want(t, claim(t, s, k, "m1", now.Add(1300*time.Millisecond)), dedup.InFlight, 0)
 }
