@@ -332,14 +332,14 @@ func (s loadSummary) write(w io.Writer, asJSON bool) error {
 	_, err := fmt.Fprintf(w, `loadgen summary%s
   topic                 %s
   logical events        %d
-  messages sent         %d (%d first copies + %d republished copies of %d events)
+  messages sent         %d (one per event + %d republished copies of %d events)
   events without key    %d (attribute %s missing)
   marked for redelivery %d (attribute %s=1)
   expected unique keys  %d (what a dedup pipeline should emit)
   elapsed               %s
   rate                  %.1f messages/s, %.1f events/s
   seed                  %d (--seed %d replays this plan)
-`, state, s.Topic, s.Events, s.Messages, s.Events, s.Copies, s.RepublishedEvents,
+`, state, s.Topic, s.Events, s.Messages, s.Copies, s.RepublishedEvents,
 		s.KeylessEvents, s.KeyAttribute, s.RedeliverMarked, attrRedeliver, s.ExpectedUniqueKeys,
 		time.Duration(s.ElapsedSeconds*float64(time.Second)).Round(time.Millisecond),
 		s.MessagesPerSecond, s.EventsPerSecond, s.Seed, s.Seed)

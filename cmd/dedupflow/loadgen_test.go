@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"reflect"
 	"strconv"
@@ -9,6 +10,11 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 func collectPlan(t *testing.T, c loadPlanConfig) ([]plannedEvent, planTotals) {
@@ -202,7 +208,7 @@ func TestLoadgenTextSummaryAndRate(t *testing.T) {
 	if d := time.Since(start); d < 180*time.Millisecond {
 		t.Errorf("10 events at --rate 50 took %v", d)
 	}
-	for _, want := range []string{"logical events        10", "messages sent         13 (10 first copies + 3 republished copies of 3 events)",
+	for _, want := range []string{"logical events        10", "messages sent         13 (one per event + 3 republished copies of 3 events)",
 		"marked for redelivery 1 (attribute dedupflow_redeliver=1)", "expected unique keys  10", "--seed "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
@@ -270,3 +276,66 @@ func TestLineProgressStops(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// The same run against Google's official emulator, read back through a
+// subscription: what a pipeline would receive.
+func TestLoadgenOfficialEmulator(t *testing.T) {
+	t.Setenv("PUBSUB_EMULATOR_HOST", testenv.EmulatorHost(t))
+	ctx := context.Background()
+	c, err := pubsubio.NewClient(ctx, "test-project")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	id := "loadgen-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	topic := pubsubio.Name{Project: "test-project", Kind: "topics", ID: id}
+	sub := pubsubio.Name{Project: "test-project", Kind: "subscriptions", ID: id}
+	if err := pubsubio.EnsureTopic(ctx, c, topic); err != nil {
+		t.Fatal(err)
+	}
+	if err := pubsubio.EnsureSubscription(ctx, c, sub, topic, 60); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := runCmd(t, "loadgen", "--project", "test-project", "--topic", id, "--count", "100",
+		"--dup-ratio", "0.2", "--missing-id-ratio", "0.1", "--seed", "9", "--json", "--progress", "off")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	var s loadSummary
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Messages != 118 || s.Copies != 18 || s.KeylessEvents != 10 {
+		t.Fatalf("summary %+v, want 118 messages: 100 events, 18 copies, 10 keyless", s)
+	}
+
+	var mu sync.Mutex
+	ids := map[string]bool{}
+	keys := map[string]int{}
+	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	err = c.Subscriber(sub.String()).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		mu.Lock()
+		defer mu.Unlock()
+		if ids[m.ID] {
+			return // a redelivery; not what this test counts
+		}
+		ids[m.ID] = true
+		keys[m.Attributes["event_id"]]++ // keyless ones under ""
+		if int64(len(ids)) == s.Messages {
+			cancel()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if int64(len(ids)) != s.Messages {
+		t.Fatalf("received %d distinct messages, loadgen sent %d", len(ids), s.Messages)
+	}
+	if keyless := keys[""]; int64(keyless) != s.KeylessEvents || int64(len(keys)-1) != s.KeyedEvents {
+		t.Errorf("%d keyless, %d distinct keys; summary %+v", keyless, len(keys)-1, s)
+	}
+}
