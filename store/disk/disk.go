@@ -246,6 +246,23 @@ func (s *Store) forget(swept []sweptKey) {
 	}
 }
 
+// dropStaleClaims forgets claims whose lease ended by now, so claims that
+// were never committed nor released (their caller gave up) do not pile up.
+// A claim past its lease answers exactly as an absent one would, and there
+// are only as many claims as messages in flight, so the walk is short.
+func (s *Store) dropStaleClaims(now int64) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, p := range sh.pending {
+			if p.until <= now {
+				delete(sh.pending, k)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // Sweep deletes every key that expired by now from the file and the index
 // and returns how many it deleted. The store sweeps by itself; Sweep is for
 // tests and tools.

@@ -248,3 +248,19 @@ func TestKillChild(t *testing.T) {
 	}
 	wg.Wait() // never: the parent kills us
 }
+
+// TestStaleClaimsDropped: claims nobody committed or released are
+// forgotten once their lease ended.
+func TestStaleClaimsDropped(t *testing.T) {
+	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{SweepEvery: 10 * time.Millisecond})
+	now := time.Now()
+	claim(t, s, dedup.KeyOf("abandoned"), "m", now)
+	claim(t, s, dedup.KeyOf("clock"), "m", now.Add(time.Minute)) // moves the clock past the first lease
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Len() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d claims held, want 1", s.Len())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

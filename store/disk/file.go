@@ -197,15 +197,20 @@ func (w *writer) loop() {
 	t := time.NewTicker(w.every)
 	defer t.Stop()
 	for {
-		stopping := false
+		stopping, tick := false, false
 		select {
 		case <-w.wake:
 		case <-t.C:
+			tick = true
 		case <-w.stop:
 			stopping = true // closed is set: this take gets the last group
 		}
+		now := w.s.now()
+		if tick {
+			w.s.dropStaleClaims(now)
+		}
 		g := w.take()
-		more := w.write(g, w.s.now())
+		more := w.write(g, now)
 		if stopping {
 			return
 		}
