@@ -113,6 +113,7 @@ type Sink struct {
 	reqs     chan *request
 	batches  chan []*request
 	closing  chan struct{}
+	freed    chan struct{} // a flusher finished a batch
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 	ctx      context.Context // outlives every statement; cancelled by Close last
@@ -180,6 +181,10 @@ func newSink(ctx context.Context, pool *pgxpool.Pool, o Options) (*Sink, error) 
 		reqs:    make(chan *request),
 		batches: make(chan []*request),
 		closing: make(chan struct{}),
+		// One token per finished batch. Room for one more than the
+		// flushers: after the batcher stops reading, the last batch's
+		// token must not block its flusher.
+		freed: make(chan struct{}, o.Flushers+1),
 	}
 	// Statements run on a context of the sink's, not of any one writer: a
 	// batch serves many writers, and one giving up must not fail the rest.
@@ -265,21 +270,26 @@ func (s *Sink) Close() {
 	})
 }
 
-// batch gathers requests and hands them to the first idle flusher. It does
-// not wait to fill a batch: a lone write goes at once, and under load the
-// batch fills while every flusher is busy (group commit), so latency is low
-// when idle and round trips are few when busy.
+// batch gathers requests and hands them to idle flushers. A lone write
+// goes at once: with nothing in flight there is nothing to wait for. While
+// statements run, writes gather (group commit), and another statement is
+// started only once the batch is big enough to pay for it: busy/Flushers of
+// MaxBatch. Every statement commits, and a commit costs about as much as
+// hundreds of rows, so many small parallel statements measured slower than
+// one big one; this rule gives small loads one statement at a time and lets
+// heavy loads use every flusher with large batches.
 func (s *Sink) batch() {
 	defer s.wg.Done()
 	defer close(s.batches)
 	pending := make([]*request, 0, s.opt.MaxBatch)
+	busy := 0
 	for {
 		in := s.reqs
 		if len(pending) >= s.opt.MaxBatch {
 			in = nil // full: wait for a flusher
 		}
 		var out chan []*request
-		if len(pending) > 0 {
+		if len(pending) > 0 && busy < s.opt.Flushers && len(pending) >= busy*s.opt.MaxBatch/s.opt.Flushers {
 			out = s.batches
 		}
 		select {
@@ -298,7 +308,10 @@ func (s *Sink) batch() {
 				}
 			}
 		case out <- pending:
+			busy++
 			pending = make([]*request, 0, s.opt.MaxBatch)
+		case <-s.freed:
+			busy--
 		case <-s.closing:
 			// reqs is unbuffered, so nothing more can arrive: Writes
 			// still blocked on it see closing and return ErrClosed.
@@ -314,5 +327,6 @@ func (s *Sink) flush() {
 	defer s.wg.Done()
 	for b := range s.batches {
 		s.writeBatch(b)
+		s.freed <- struct{}{}
 	}
 }
