@@ -312,7 +312,7 @@ func (r *Result) Get(ctx context.Context) (string, error) {
 		default:
 			r.pause = jitter(r.p.o.Backoff.Pause(r.Attempts()))
 			r.p.o.Logger.Warn("publish attempt failed; retrying with the same key",
-				"topic", r.p.pub.String(), r.p.o.KeyAttribute, r.key,
+				"topic", r.p.pub.String(), "key_attribute", r.p.o.KeyAttribute, "key", r.key,
 				"attempt", r.Attempts(), "max_attempts", r.p.o.MaxAttempts,
 				"backoff", r.pause, "err", err)
 		}

@@ -66,6 +66,25 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.BoolVar(&asJSON, "json", false, "print the summary as one JSON object")
 	fs.StringVar(&progressMode, "progress", "auto", "progress on stderr: bar, lines, off, or auto (a bar on a terminal, else lines)")
 	lf.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `usage: dedupflow loadgen --topic T --count N [flags]
+
+Publishes N logical events. Each carries a key (a UUIDv7 in --key-attribute)
+unless chosen as keyless; a share of the keyed ones is republished as extra
+copies (the same key on new messages), as a retrying producer does.
+
+Every message carries %s (the event's number) and
+%s (0 on the first message, 1.. on copies). The first messages
+chosen by --redeliver-ratio carry %s=1: a test consumer
+nacks their first delivery so the same message ID comes back, a redelivery
+(loadgen only marks them).
+
+The summary goes to stdout; a correct dedup pipeline emits as many messages
+as its "expected unique keys".
+
+`, attrSeq, attrCopy, attrRedeliver)
+		fs.PrintDefaults()
+	}
 	if err := parse(fs, args); err != nil {
 		return err
 	}
