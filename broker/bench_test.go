@@ -123,4 +123,3 @@ func endToEnd(b *testing.B, tg target, n int) {
 		c.Close()
 	}
 }
-
