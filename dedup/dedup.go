@@ -25,6 +25,12 @@ type Options struct {
 	Lease time.Duration
 	// Now is the clock.
 	Now func() time.Time
+	// Domain is the time domain of the horizon; see ClaimEvent.
+	Domain TimeDomain
+	// AllowedLateness is how far, in event time, the watermark trails the
+	// highest event time seen: keys live that much longer, and events that
+	// much out of order are still judged.
+	AllowedLateness time.Duration
 }
 
 // Validate checks the options, filling defaults.
@@ -44,6 +50,12 @@ func (o *Options) Validate() error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Domain > EventTime {
+		return fmt.Errorf("unknown time domain %d", o.Domain)
+	}
+	if o.AllowedLateness < 0 {
+		return fmt.Errorf("allowed lateness %v must not be negative", o.AllowedLateness)
+	}
 	return nil
 }
 
@@ -52,6 +64,9 @@ type Ticket struct {
 	Key   Key
 	MsgID string
 	Seen  time.Time
+	// Expires is when the key, once committed, expires; zero means Seen
+	// plus the horizon.
+	Expires time.Time
 }
 
 // Deduper runs the claim / commit / release protocol over a Store. It also
@@ -64,6 +79,8 @@ type Deduper struct {
 
 	mu    sync.Mutex
 	local map[Key]string
+
+	wm *watermark // event time only
 }
 
 // New returns a Deduper over store.
@@ -71,7 +88,11 @@ func New(store Store, opt Options) (*Deduper, error) {
 	if err := opt.Validate(); err != nil {
 		return nil, err
 	}
-	return &Deduper{store: store, opt: opt, local: make(map[Key]string)}, nil
+	d := &Deduper{store: store, opt: opt, local: make(map[Key]string)}
+	if opt.Domain == EventTime {
+		d.wm = newWatermark(opt.AllowedLateness, opt.Now)
+	}
+	return d, nil
 }
 
 // Horizon is the horizon in force.
@@ -81,8 +102,19 @@ func (d *Deduper) Horizon() time.Duration { return d.opt.Horizon }
 func (d *Deduper) Lease() time.Duration { return d.opt.Lease }
 
 // Claim asks for the right to write msgID under key k. Only with Proceed
-// does the caller hold a Ticket.
+// does the caller hold a Ticket. In event time it is ClaimEvent with the
+// processing clock's time as the event time.
 func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Ticket, error) {
+	if d.wm != nil {
+		return d.ClaimEvent(ctx, k, msgID, d.opt.Now())
+	}
+	now := d.opt.Now()
+	return d.claim(ctx, k, msgID, now, now.Add(d.opt.Horizon))
+}
+
+// claim runs a claim judged at now (the processing clock, or the
+// watermark) for a key that, once committed, expires at expires.
+func (d *Deduper) claim(ctx context.Context, k Key, msgID string, now, expires time.Time) (Verdict, Ticket, error) {
 	d.mu.Lock()
 	if _, busy := d.local[k]; busy {
 		d.mu.Unlock()
@@ -91,7 +123,6 @@ func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Tick
 	d.local[k] = msgID
 	d.mu.Unlock()
 
-	now := d.opt.Now()
 	v, err := d.store.Claim(ctx, Claim{Key: k, MsgID: msgID, Now: now, LeaseUntil: now.Add(d.opt.Lease)})
 	if err != nil || v.Status != Proceed {
 		d.forget(k)
@@ -100,7 +131,7 @@ func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Tick
 		}
 		return v, Ticket{}, nil
 	}
-	return v, Ticket{Key: k, MsgID: msgID, Seen: now}, nil
+	return v, Ticket{Key: k, MsgID: msgID, Seen: now, Expires: expires}, nil
 }
 
 // Commit records the ticket's key as done, after the sink confirmed the
@@ -109,7 +140,11 @@ func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Tick
 // downstream reader.
 func (d *Deduper) Commit(ctx context.Context, t Ticket) error {
 	defer d.forget(t.Key)
-	if err := d.store.Commit(ctx, t.Key, t.MsgID, t.Seen.Add(d.opt.Horizon)); err != nil {
+	expires := t.Expires
+	if expires.IsZero() {
+		expires = t.Seen.Add(d.opt.Horizon)
+	}
+	if err := d.store.Commit(ctx, t.Key, t.MsgID, expires); err != nil {
 		return fmt.Errorf("commit key: %w", err)
 	}
 	return nil

@@ -49,8 +49,14 @@ var (
 // Rule chooses a message's dedup key.
 type Rule struct {
 	// IDAttribute names the publisher-set key; empty means the message ID.
+	// Used only when From is KeyFromAttribute.
 	IDAttribute string
 	Missing     Missing
+	// From says where the key is: an attribute (the default), a field of a
+	// JSON payload (at Path), or a hash of the payload. See DeriveBody.
+	From KeyFrom
+	// Path is the gjson path of the key field, for KeyFromJSON.
+	Path string
 }
 
 // Source says where a derived key came from.
@@ -60,12 +66,19 @@ const (
 	FromAttribute Source = iota + 1
 	FromMessageID        // no id attribute configured, or Fallback
 	NoKey                // Pass: emit without dedup
+	FromJSON             // a field of the JSON payload
+	FromHash             // the payload's SHA-256
 )
 
 // Derive returns the key for a message. Missing reports that the id
 // attribute was configured but absent or empty (to be counted whatever the
-// policy); err is set when the message must be dead-lettered.
+// policy); err is set when the message must be dead-lettered. For a rule
+// that keys on the payload it is DeriveBody with no payload, so the key is
+// missing; callers that have the payload use DeriveBody.
 func (r Rule) Derive(attrs map[string]string, msgID string) (key string, src Source, missing bool, err error) {
+	if r.From != KeyFromAttribute {
+		return r.DeriveBody(attrs, nil, msgID)
+	}
 	if r.IDAttribute == "" {
 		return msgID, FromMessageID, false, nil
 	}

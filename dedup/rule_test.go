@@ -1,6 +1,9 @@
 package dedup
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -75,3 +78,138 @@ func FuzzKeyOf(f *testing.F) {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+func TestDeriveBody(t *testing.T) {
+	sha := func(s string) string {
+		sum := sha256.Sum256([]byte(s))
+		return hex.EncodeToString(sum[:])
+	}
+	order := []byte(`{"order":{"id":"A-17","n":12345678901234567890,"f":1.50,"ok":true,"none":null,"obj":{"a":1},"arr":[1],"empty":""},"items":[{"sku":"x"}]}`)
+	long := []byte(`{"id":"` + strings.Repeat("k", MaxKeyLen+1) + `"}`)
+	jsonRule := func(path string) Rule { return Rule{From: KeyFromJSON, Path: path} }
+	cases := []struct {
+		name    string
+		rule    Rule
+		data    []byte
+		key     string
+		src     Source
+		missing bool
+		err     error
+		reason  string // in the error, for rejects
+	}{
+		{"json string", jsonRule("order.id"), order, "A-17", FromJSON, false, nil, ""},
+		{"json number keeps every digit", jsonRule("order.n"), order, "12345678901234567890", FromJSON, false, nil, ""},
+		{"json float as written", jsonRule("order.f"), order, "1.50", FromJSON, false, nil, ""},
+		{"json bool", jsonRule("order.ok"), order, "true", FromJSON, false, nil, ""},
+		{"json array index", jsonRule("items.0.sku"), order, "x", FromJSON, false, nil, ""},
+		{"escaped string decoded", jsonRule("id"), []byte(`{"id":"a\u00e9\"b"}`), "aé\"b", FromJSON, false, nil, ""},
+		{"absent field falls back", jsonRule("order.nope"), order, "m1", FromMessageID, true, nil, ""},
+		{"null falls back", jsonRule("order.none"), order, "m1", FromMessageID, true, nil, ""},
+		{"object falls back", jsonRule("order.obj"), order, "m1", FromMessageID, true, nil, ""},
+		{"array falls back", jsonRule("order.arr"), order, "m1", FromMessageID, true, nil, ""},
+		{"empty string falls back", jsonRule("order.empty"), order, "m1", FromMessageID, true, nil, ""},
+		{"not JSON falls back", jsonRule("id"), []byte("<html>id</html>"), "m1", FromMessageID, true, nil, ""},
+		{"truncated JSON falls back", jsonRule("id"), []byte(`{"id": 1`), "m1", FromMessageID, true, nil, ""},
+		{"empty payload falls back", jsonRule("id"), nil, "m1", FromMessageID, true, nil, ""},
+		{"binary payload falls back", jsonRule("id"), []byte{0xff, 0x00, 0x7b}, "m1", FromMessageID, true, nil, ""},
+		{"absent, reject", Rule{From: KeyFromJSON, Path: "order.nope", Missing: Reject}, order, "", NoKey, true, ErrKeyMissing, `JSON path "order.nope" not found`},
+		{"null, reject", Rule{From: KeyFromJSON, Path: "order.none", Missing: Reject}, order, "", NoKey, true, ErrKeyMissing, "is null"},
+		{"object, reject", Rule{From: KeyFromJSON, Path: "order.obj", Missing: Reject}, order, "", NoKey, true, ErrKeyMissing, "is an object"},
+		{"not JSON, reject", Rule{From: KeyFromJSON, Path: "id", Missing: Reject}, []byte("plain"), "", NoKey, true, ErrKeyMissing, "not JSON"},
+		{"absent, pass", Rule{From: KeyFromJSON, Path: "x", Missing: Pass}, order, "", NoKey, true, nil, ""},
+		{"json key too long", jsonRule("id"), long, "", NoKey, false, ErrKeyTooLong, ""},
+		{"json key not UTF-8", jsonRule("id"), []byte("{\"id\":\"\xff\"}"), "", NoKey, false, ErrKeyInvalid, ""},
+		{"hash", Rule{From: KeyFromHash}, []byte("hello"), sha("hello"), FromHash, false, nil, ""},
+		{"hash of binary", Rule{From: KeyFromHash}, []byte{0, 1, 2}, sha("\x00\x01\x02"), FromHash, false, nil, ""},
+		{"hash ignores attributes", Rule{From: KeyFromHash, IDAttribute: "key"}, []byte("hello"), sha("hello"), FromHash, false, nil, ""},
+		{"hash of nothing falls back", Rule{From: KeyFromHash}, nil, "m1", FromMessageID, true, nil, ""},
+		{"hash of nothing, reject", Rule{From: KeyFromHash, Missing: Reject}, []byte{}, "", NoKey, true, ErrKeyMissing, "payload is empty"},
+		{"attribute rule ignores the body", Rule{IDAttribute: "key"}, order, "456", FromAttribute, false, nil, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			key, src, missing, err := c.rule.DeriveBody(map[string]string{"key": "456"}, c.data, "m1")
+			if !errors.Is(err, c.err) || key != c.key || src != c.src || missing != c.missing {
+				t.Fatalf("got (%.30q, %v, %v, %v), want (%.30q, %v, %v, %v)", key, src, missing, err, c.key, c.src, c.missing, c.err)
+			}
+			if c.reason != "" && !strings.Contains(err.Error(), c.reason) {
+				t.Fatalf("error %q does not say %q", err, c.reason)
+			}
+		})
+	}
+}
+
+// Derive keeps working for callers without the payload: a body rule then
+// has no key, and follows the missing-id policy.
+func TestDeriveOnBodyRuleWithoutPayload(t *testing.T) {
+	r := Rule{From: KeyFromJSON, Path: "id"}
+	if key, src, missing, err := r.Derive(map[string]string{"id": "x"}, "m1"); key != "m1" || src != FromMessageID || !missing || err != nil {
+		t.Fatalf("Derive on a JSON rule = %q, %v, %v, %v; want the message-ID fallback, counted missing", key, src, missing, err)
+	}
+}
+
+func TestParseKeyFrom(t *testing.T) {
+	cases := []struct {
+		in   string
+		from KeyFrom
+		path string
+		err  string
+	}{
+		{"", KeyFromAttribute, "", ""},
+		{"attribute", KeyFromAttribute, "", ""},
+		{"hash", KeyFromHash, "", ""},
+		{"json:order.id", KeyFromJSON, "order.id", ""},
+		{"json:", 0, "", "path is empty"},
+		{"json: ", 0, "", "path is empty"},
+		{"sha1", 0, "", "attribute, json:PATH or hash"},
+	}
+	for _, c := range cases {
+		from, path, err := ParseKeyFrom(c.in)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("ParseKeyFrom(%q) error %v, want one saying %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || from != c.from || path != c.path {
+			t.Errorf("ParseKeyFrom(%q) = %v, %q, %v", c.in, from, path, err)
+		}
+	}
+}
+
+// FuzzJSONKey: any payload and path give a key, a counted miss or a named
+// error — never a panic — and a key found is one the output attribute can
+// carry.
+func FuzzJSONKey(f *testing.F) {
+	f.Add([]byte(`{"order":{"id":"A-17"}}`), "order.id")
+	f.Add([]byte(`{"id":12345678901234567890}`), "id")
+	f.Add([]byte(`[{"a":null}]`), "0.a")
+	f.Add([]byte(`{"a":{"b":[1,2,{"c":"d"}]}}`), "a.b.#.c")
+	f.Add([]byte(`{"a":"\ud800"}`), "a")
+	f.Add([]byte("not json"), "@this")
+	f.Add([]byte(`{"a":1}`), "a|@reverse")
+	f.Fuzz(func(t *testing.T, data []byte, path string) {
+		for _, m := range []Missing{Fallback, Reject, Pass} {
+			r := Rule{From: KeyFromJSON, Path: path, Missing: m}
+			key, src, missing, err := r.DeriveBody(nil, data, "m1")
+			switch {
+			case err != nil:
+				if !errors.Is(err, ErrKeyMissing) && !errors.Is(err, ErrKeyTooLong) && !errors.Is(err, ErrKeyInvalid) {
+					t.Fatalf("unnamed error %v", err)
+				}
+				if errors.Is(err, ErrKeyMissing) && (m != Reject || !missing) {
+					t.Fatalf("missing key rejected under policy %v", m)
+				}
+			case src == FromJSON:
+				if key == "" || len(key) > MaxKeyLen || !utf8Valid(key) || missing {
+					t.Fatalf("bad key %q (missing %v)", key, missing)
+				}
+				if !json.Valid(data) {
+					t.Fatalf("key %q taken from invalid JSON %q", key, data)
+				}
+			case !missing:
+				t.Fatalf("no key and not missing: %q, %v", key, src)
+			}
+		}
+	})
+}

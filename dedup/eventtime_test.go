@@ -1,0 +1,149 @@
+package dedup_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/store/mem"
+)
+
+// recorder is a store that remembers the times it was handed.
+type recorder struct {
+	dedup.Store
+	claims  []dedup.Claim
+	expires []time.Time
+}
+
+func (r *recorder) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error) {
+	r.claims = append(r.claims, c)
+	return r.Store.Claim(ctx, c)
+}
+
+func (r *recorder) Commit(ctx context.Context, k dedup.Key, msgID string, exp time.Time) error {
+	r.expires = append(r.expires, exp)
+	return r.Store.Commit(ctx, k, msgID, exp)
+}
+
+func TestEventTime(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	type step struct {
+		key    string
+		msgID  string
+		event  int // seconds after t0
+		status dedup.Status
+		kind   dedup.Kind
+		late   bool
+	}
+	// Horizon 60 s, lateness 30 s: the watermark is the highest event
+	// time minus 30 s, and a key expires when it passes event + 60 s.
+	cases := []struct {
+		name  string
+		clock int // processing time, seconds after t0
+		steps []step
+	}{
+		{"out of order within lateness: still a duplicate", 1000, []step{
+			{key: "a", msgID: "m1", event: 0, status: dedup.Proceed},
+			{key: "b", msgID: "m2", event: 80, status: dedup.Proceed}, // watermark 50 < 0+60
+			{key: "a", msgID: "m3", event: 0, status: dedup.Duplicate, kind: dedup.Republish},
+			{key: "a", msgID: "m1", event: 0, status: dedup.Duplicate, kind: dedup.Redelivery},
+		}},
+		{"the watermark passes event + horizon: the key expired, and the copy is too late", 1000, []step{
+			{key: "a", msgID: "m1", event: 0, status: dedup.Proceed},
+			{key: "b", msgID: "m2", event: 95, status: dedup.Proceed}, // watermark 65 >= 60
+			{key: "a", msgID: "m3", event: 0, late: true},
+		}},
+		{"a copy with a later event time after the key expired is new", 1000, []step{
+			{key: "a", msgID: "m1", event: 0, status: dedup.Proceed},
+			{key: "b", msgID: "m2", event: 95, status: dedup.Proceed},
+			{key: "a", msgID: "m3", event: 90, status: dedup.Proceed},
+		}},
+		{"expiry counts from the event time, not from arrival", 1000, []step{
+			{key: "b", msgID: "m0", event: 100, status: dedup.Proceed}, // watermark 70
+			{key: "a", msgID: "m1", event: 20, status: dedup.Proceed},  // 20+60 > 70: judged, expires at 80
+			{key: "c", msgID: "m2", event: 105, status: dedup.Proceed}, // watermark 75
+			{key: "a", msgID: "m3", event: 20, status: dedup.Duplicate, kind: dedup.Republish},
+			{key: "c", msgID: "m4", event: 111, status: dedup.Duplicate, kind: dedup.Republish}, // watermark 81
+			{key: "a", msgID: "m5", event: 25, status: dedup.Proceed},                           // 80 <= 81: expired
+		}},
+		{"an event stamped in the future does not move the watermark past the clock", 10, []step{
+			{key: "a", msgID: "m1", event: 0, status: dedup.Proceed},
+			{key: "z", msgID: "m2", event: 86400, status: dedup.Proceed}, // clock is t0+10s
+			{key: "a", msgID: "m3", event: 0, status: dedup.Duplicate, kind: dedup.Republish},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rec := &recorder{Store: mem.New()}
+			clock := func() time.Time { return at(c.clock) }
+			d := must(dedup.New(rec, dedup.Options{Horizon: time.Minute, Lease: 5 * time.Second, Now: clock,
+				Domain: dedup.EventTime, AllowedLateness: 30 * time.Second}))
+			for i, s := range c.steps {
+				v, tk, err := d.ClaimEvent(ctx, dedup.KeyOf(s.key), s.msgID, at(s.event))
+				if s.late {
+					if !errors.Is(err, dedup.ErrTooLate) {
+						t.Fatalf("step %d: %v, %v; want too late", i, v.Status, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if v.Status != s.status || v.Kind != s.kind {
+					t.Fatalf("step %d: claim %s/%s = %v/%v, want %v/%v", i, s.key, s.msgID, v.Status, v.Kind, s.status, s.kind)
+				}
+				if v.Status == dedup.Proceed {
+					last := rec.claims[len(rec.claims)-1]
+					wm, _ := d.Watermark()
+					if !last.Now.Equal(wm) || !last.LeaseUntil.Equal(wm.Add(5*time.Second)) {
+						t.Fatalf("step %d: claim at %v lease %v, want the watermark %v and watermark + lease", i, last.Now, last.LeaseUntil, wm)
+					}
+					if err := d.Commit(ctx, tk); err != nil {
+						t.Fatal(err)
+					}
+					if exp := rec.expires[len(rec.expires)-1]; !exp.Equal(at(s.event).Add(time.Minute)) {
+						t.Fatalf("step %d: committed to expire at %v, want event time + horizon", i, exp)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestProcessingTimeIgnoresEventTime(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	d := must(dedup.New(mem.New(), dedup.Options{Now: func() time.Time { return now }}))
+	if _, ok := d.Watermark(); ok || d.Domain() != dedup.ProcessingTime {
+		t.Fatal("processing time has a watermark")
+	}
+	// An event from a year ago is judged like any other.
+	if v, _, err := d.ClaimEvent(context.Background(), dedup.KeyOf("a"), "m1", now.AddDate(-1, 0, 0)); err != nil || v.Status != dedup.Proceed {
+		t.Fatalf("%v, %v", v.Status, err)
+	}
+}
+
+func TestParseTimeDomainAndLate(t *testing.T) {
+	if d, err := dedup.ParseTimeDomain("event"); err != nil || d != dedup.EventTime || d.String() != "event" {
+		t.Errorf("event: %v %v", d, err)
+	}
+	if d, err := dedup.ParseTimeDomain(""); err != nil || d != dedup.ProcessingTime {
+		t.Errorf("default: %v %v", d, err)
+	}
+	if _, err := dedup.ParseTimeDomain("ingest"); err == nil {
+		t.Error("ingest accepted")
+	}
+	if l, err := dedup.ParseLate("dead-letter"); err != nil || l != dedup.LateDeadLetter || l.String() != "dead-letter" {
+		t.Errorf("dead-letter: %v %v", l, err)
+	}
+	if _, err := dedup.ParseLate("drop"); err == nil {
+		t.Error("drop accepted")
+	}
+	o := dedup.Options{Domain: dedup.EventTime, AllowedLateness: -time.Second}
+	if err := o.Validate(); err == nil {
+		t.Error("negative lateness accepted")
+	}
+}
