@@ -185,8 +185,13 @@ type Dedup struct {
 	store *health
 }
 
-// New validates opt and returns a Dedup that runs f at most once per key
-// within the horizon (f returning nil is what counts), over store.
+// New validates opt and returns a Dedup over store under which f succeeds
+// at most once per key within the horizon; a failed call does not count,
+// and its message comes back. Two narrow exceptions, as in the pipeline: a
+// commit that fails after f succeeded (the store went down in between)
+// leaves the key claimed until its lease ends, after which a copy runs f
+// again; and a handler that ignores its context past the lease may run
+// beside a copy that took the key over.
 func New(store dedup.Store, opt Options, f HandlerFunc) (*Dedup, error) {
 	if store == nil {
 		return nil, invalid("nil store: use store/mem for one process, store/redis for replicas")

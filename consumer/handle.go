@@ -23,8 +23,9 @@ const (
 	settleTimeout = 10 * time.Second
 )
 
-// Handle is the callback for Subscriber.Receive: it runs the handler at
-// most once per key within the horizon, then acks or nacks m.
+// Handle is the callback for Subscriber.Receive: it runs the handler
+// unless the key was already handled within the horizon, then acks or
+// nacks m.
 //
 //   - The handler returned nil: commit the key, ack.
 //   - It returned an error: release the key, nack; the redelivery runs it
