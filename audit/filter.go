@@ -236,8 +236,8 @@ func (f *Filter) Contains(k dedup.Key, t time.Time) bool {
 type Stats struct {
 	// Bytes is the memory of the filters' bits, fixed at New.
 	Bytes int64
-	// Keys is the number of distinct keys (as far as the filters can tell)
-	// in the live generations.
+	// Keys is the number of keys added to the live generations, each
+	// counted once per generation it was added to.
 	Keys uint64
 	// Capacity is the configured keys per horizon.
 	Capacity uint64

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dedupflow/dedupflow/audit"
 )
 
 // Outcome is what became of one received message.
@@ -35,6 +37,13 @@ type Counts struct {
 	InFlightConflict    int64
 	Retried             int64
 	MissingID           int64
+	// LateDuplicateSuspected counts emitted messages the audit marked as
+	// probable late duplicates; they are also in Emitted.
+	LateDuplicateSuspected int64
+	// TooLate counts messages too late to judge in event time, passed or
+	// dead-lettered by the late policy; they are also in Emitted or
+	// DeadLettered.
+	TooLate int64
 }
 
 // metrics holds the counters as atomics, the one source of truth both for
@@ -43,6 +52,11 @@ type metrics struct {
 	received  atomic.Int64
 	outcome   [6]atomic.Int64 // indexed like outcomes
 	missingID atomic.Int64
+	// Not outcomes: each of these messages is also counted under the
+	// outcome it had (emitted, dead_lettered), so the outcomes still add
+	// up to received.
+	lateSuspected atomic.Int64
+	tooLate       atomic.Int64
 
 	producersMu sync.Mutex
 	producers   map[string]*atomic.Int64
@@ -51,6 +65,8 @@ type metrics struct {
 	storeTime prometheus.Histogram
 	sinkTime  prometheus.Histogram
 	horizon   func() int // live keys, when the store can tell
+	audit     func() audit.Stats
+	watermark func() (time.Time, bool)
 }
 
 func newMetrics() *metrics {
@@ -106,6 +122,9 @@ func (m *metrics) snapshot() Counts {
 		InFlightConflict:    o(InFlightConflict),
 		Retried:             o(Retried),
 		MissingID:           m.missingID.Load(),
+
+		LateDuplicateSuspected: m.lateSuspected.Load(),
+		TooLate:                m.tooLate.Load(),
 	}
 }
 
@@ -117,6 +136,18 @@ var (
 	descMissing  = prometheus.NewDesc("dedupflow_missing_id_total",
 		"Messages without the id attribute, by the producer attribute's value.", []string{"producer"}, nil)
 	descHorizon = prometheus.NewDesc("dedupflow_horizon_keys", "Keys held in the dedup horizon.", nil, nil)
+
+	descLateSuspected = prometheus.NewDesc("dedupflow_late_duplicates_suspected_total",
+		"Emitted messages whose key the audit filter saw beyond the dedup horizon (marked dedupflow_late_duplicate=probable; also counted as emitted).", nil, nil)
+	descTooLate = prometheus.NewDesc("dedupflow_too_late_total",
+		"Messages too late to judge in event time, passed or dead-lettered by --late (also counted under their outcome).", nil, nil)
+	descWatermark = prometheus.NewDesc("dedupflow_watermark_timestamp_seconds",
+		"Event-time watermark of this process (highest event time seen minus the allowed lateness).", nil, nil)
+	descAuditBytes    = prometheus.NewDesc("dedupflow_audit_filter_bytes", "Memory of the audit filter's bits, fixed at start.", nil, nil)
+	descAuditKeys     = prometheus.NewDesc("dedupflow_audit_keys", "Keys added to the audit filter's live generations (a key seen in two generations counts twice).", nil, nil)
+	descAuditCapacity = prometheus.NewDesc("dedupflow_audit_capacity_keys", "Keys per audit horizon the audit filter is sized for.", nil, nil)
+	descAuditFP       = prometheus.NewDesc("dedupflow_audit_false_positive_ratio",
+		"Estimated rate at which the audit filter wrongly reports a key as seen, from its fill.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -125,6 +156,13 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descMessages
 	ch <- descMissing
 	ch <- descHorizon
+	ch <- descLateSuspected
+	ch <- descTooLate
+	ch <- descWatermark
+	ch <- descAuditBytes
+	ch <- descAuditKeys
+	ch <- descAuditCapacity
+	ch <- descAuditFP
 	m.latency.Describe(ch)
 	m.storeTime.Describe(ch)
 	m.sinkTime.Describe(ch)
@@ -143,6 +181,20 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.producersMu.Unlock()
 	if m.horizon != nil {
 		ch <- prometheus.MustNewConstMetric(descHorizon, prometheus.GaugeValue, float64(m.horizon()))
+	}
+	ch <- prometheus.MustNewConstMetric(descLateSuspected, prometheus.CounterValue, float64(m.lateSuspected.Load()))
+	ch <- prometheus.MustNewConstMetric(descTooLate, prometheus.CounterValue, float64(m.tooLate.Load()))
+	if m.watermark != nil {
+		if wm, ok := m.watermark(); ok {
+			ch <- prometheus.MustNewConstMetric(descWatermark, prometheus.GaugeValue, float64(wm.UnixMilli())/1e3)
+		}
+	}
+	if m.audit != nil {
+		st := m.audit()
+		ch <- prometheus.MustNewConstMetric(descAuditBytes, prometheus.GaugeValue, float64(st.Bytes))
+		ch <- prometheus.MustNewConstMetric(descAuditKeys, prometheus.GaugeValue, float64(st.Keys))
+		ch <- prometheus.MustNewConstMetric(descAuditCapacity, prometheus.GaugeValue, float64(st.Capacity))
+		ch <- prometheus.MustNewConstMetric(descAuditFP, prometheus.GaugeValue, st.FalsePositive)
 	}
 	m.latency.Collect(ch)
 	m.storeTime.Collect(ch)

@@ -6,6 +6,12 @@
 // ack. A sink or store failure releases the key and nacks, so nothing is
 // lost; a crash between write and commit can at worst emit one extra copy,
 // and that copy carries the key in an attribute for the next reader.
+//
+// With an audit horizon, every emitted key is also remembered, approximately
+// and for much longer, in an audit.Filter; a copy that the exact horizon
+// lets through but the audit recognises is still emitted (the horizon's
+// contract), marked dedupflow_late_duplicate=probable and counted in
+// dedupflow_late_duplicates_suspected_total.
 package pipeline
 
 import (
@@ -18,6 +24,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/dedup"
 )
 
@@ -26,6 +33,13 @@ const (
 	AttrError           = "dedupflow_error"
 	AttrSourceMessageID = "dedupflow_source_message_id"
 	DefaultIDAttribute  = "dedupflow_id"
+	// AttrLateDuplicate marks an output whose key the audit filter saw
+	// beyond the exact horizon; its value is LateDuplicateProbable (the
+	// filter is approximate, so never "certain").
+	AttrLateDuplicate     = "dedupflow_late_duplicate"
+	LateDuplicateProbable = "probable"
+	// DefaultAuditSnapshotEvery is how often the audit filter is saved.
+	DefaultAuditSnapshotEvery = time.Minute
 )
 
 // Config configures a Pipeline.
@@ -44,6 +58,17 @@ type Config struct {
 	// Shadow makes and counts every decision but emits every message, to
 	// measure duplicate rates before turning dedup on.
 	Shadow bool
+	// Late is what happens, in event time, to a message too late to judge
+	// (see dedup.Deduper.ClaimEvent).
+	Late dedup.Late
+	// Audit, when Audit.Horizon is set, remembers emitted keys for that
+	// long (longer than the dedup horizon) to mark late duplicates.
+	Audit audit.Options
+	// AuditSnapshot is a file the audit filter is loaded from when Run
+	// starts and saved to every AuditSnapshotEvery and when Run returns;
+	// empty: the audit starts empty on every start.
+	AuditSnapshot      string
+	AuditSnapshotEvery time.Duration
 }
 
 // Deps are what a Pipeline talks to.
@@ -69,6 +94,7 @@ type Pipeline struct {
 	m     *metrics
 	store *health
 	out   *health
+	audit *audit.Filter // nil: no audit horizon
 }
 
 // New validates cfg and returns a Pipeline.
@@ -96,6 +122,26 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 	}
 	p := &Pipeline{cfg: cfg, dd: d.Deduper, sink: d.Sink, dl: d.DeadLetter, log: d.Logger, now: d.Now, m: newMetrics()}
 	p.m.horizon = d.HorizonKeys
+	if p.dd.Domain() == dedup.EventTime {
+		p.m.watermark = p.dd.Watermark
+	}
+	if cfg.Audit.Horizon > 0 {
+		if cfg.Audit.Horizon <= d.Deduper.Horizon() {
+			return nil, fmt.Errorf("audit horizon %v must be longer than the dedup horizon %v", cfg.Audit.Horizon, d.Deduper.Horizon())
+		}
+		if cfg.Audit.Logger == nil {
+			cfg.Audit.Logger = d.Logger
+		}
+		a, err := audit.New(cfg.Audit)
+		if err != nil {
+			return nil, err
+		}
+		p.audit = a
+		p.m.audit = a.Stats
+		if p.cfg.AuditSnapshotEvery <= 0 {
+			p.cfg.AuditSnapshotEvery = DefaultAuditSnapshotEvery
+		}
+	}
 	p.store = newHealth("dedup store", p.log, d.Now)
 	p.out = newHealth("sink", p.log, d.Now)
 	if d.Registerer != nil {
@@ -118,8 +164,14 @@ type Receiver interface {
 }
 
 // Run receives until ctx is done. In-flight messages are finished (their
-// writes are bounded by WriteTimeout) or nacked before it returns.
+// writes are bounded by WriteTimeout) or nacked before it returns. With an
+// audit snapshot file, the audit filter is loaded first and saved for the
+// last time after the last message.
 func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
+	if p.audit != nil && p.cfg.AuditSnapshot != "" {
+		s := audit.StartSnapshots(ctx, p.audit, p.cfg.AuditSnapshot, p.cfg.AuditSnapshotEvery, p.log)
+		defer s.Stop()
+	}
 	err := in.Receive(ctx, func(ctx context.Context, m *pubsub.Message) {
 		if p.Handle(ctx, m) {
 			m.Ack()
@@ -151,7 +203,7 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 		}
 		m.EventTime = t
 	}
-	key, src, missing, err := p.cfg.Rule.Derive(in.Attributes, in.ID)
+	key, src, missing, err := p.cfg.Rule.DeriveBody(in.Attributes, in.Data, in.ID)
 	if missing {
 		p.m.missing(in.Attributes[p.cfg.ProducerAttribute])
 	}
@@ -159,15 +211,19 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 		return p.deadLetter(ctx, m, err)
 	}
 	if src == dedup.NoKey {
-		return p.emit(ctx, m, nil)
+		return p.emit(ctx, m, nil, nil)
 	}
 	m.Key = key
+	n := &note{k: dedup.KeyOf(key), at: p.auditTime(m)}
 
 	if err := p.store.wait(ctx); err != nil {
 		return Retried
 	}
 	start := p.now()
-	v, t, err := p.dd.Claim(ctx, dedup.KeyOf(key), in.ID)
+	v, t, err := p.dd.ClaimEvent(ctx, n.k, in.ID, m.EventTime)
+	if errors.Is(err, dedup.ErrTooLate) {
+		return p.tooLate(ctx, m, n, err)
+	}
 	p.m.storeTime.Observe(since(start, p.now()))
 	if err != nil {
 		p.store.fail(err)
@@ -181,7 +237,7 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 			o = DuplicateRedelivery
 		}
 		if p.cfg.Shadow {
-			if r := p.emit(ctx, m, nil); r != Emitted {
+			if r := p.emit(ctx, m, nil, nil); r != Emitted {
 				return r
 			}
 		}
@@ -189,17 +245,64 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 	case dedup.InFlight:
 		return InFlightConflict
 	}
-	return p.emit(ctx, m, &t)
+	p.suspect(n)
+	return p.emit(ctx, m, &t, n)
+}
+
+// note is what the audit needs of a keyed message.
+type note struct {
+	k       dedup.Key
+	at      time.Time // the message's time on the horizon's clock
+	suspect bool      // the audit saw the key before
+}
+
+// auditTime is the time the audit files a key under: the processing clock,
+// or in event time the event time, held back to the processing clock (as
+// the watermark is) so a producer's future-dated clock cannot rotate every
+// generation out.
+func (p *Pipeline) auditTime(m *Message) time.Time {
+	now := p.now()
+	if p.dd.Domain() == dedup.EventTime && m.EventTime.Before(now) {
+		return m.EventTime
+	}
+	return now
+}
+
+// suspect asks the audit whether a key the exact horizon no longer holds
+// was seen before.
+func (p *Pipeline) suspect(n *note) {
+	n.suspect = p.audit != nil && p.audit.Contains(n.k, n.at)
+}
+
+// tooLate applies the late policy to a message the horizon cannot judge.
+// Passed on, it is still checked against the audit, which remembers far
+// longer than the horizon.
+func (p *Pipeline) tooLate(ctx context.Context, m *Message, n *note, reason error) Outcome {
+	var o Outcome
+	if p.cfg.Late == dedup.LateDeadLetter {
+		o = p.deadLetter(ctx, m, reason)
+	} else {
+		p.suspect(n)
+		o = p.emit(ctx, m, nil, n)
+	}
+	if o == Emitted || o == DeadLettered {
+		p.m.tooLate.Add(1)
+	}
+	return o
 }
 
 // emit writes m to the sink; with a ticket, it commits or releases the key.
-func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket) Outcome {
+// With a note, the key goes into the audit once written.
+func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *note) Outcome {
 	if m.Key != "" {
-		attrs := make(map[string]string, len(m.Attributes)+1)
+		attrs := make(map[string]string, len(m.Attributes)+2)
 		for k, v := range m.Attributes {
 			attrs[k] = v
 		}
 		attrs[p.cfg.OutputIDAttribute] = m.Key
+		if n != nil && n.suspect {
+			attrs[AttrLateDuplicate] = LateDuplicateProbable
+		}
 		m.Attributes = attrs
 	}
 	err := p.out.wait(ctx)
@@ -229,6 +332,13 @@ func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket) Outcom
 		return Retried
 	}
 	p.out.ok()
+	if n != nil && p.audit != nil {
+		p.audit.Add(n.k, n.at)
+		if n.suspect {
+			p.m.lateSuspected.Add(1)
+			p.log.Debug("probable late duplicate emitted", "key", m.Key, "message_id", m.ID)
+		}
+	}
 	if t != nil {
 		if err := p.dd.Commit(bg, *t); err != nil {
 			// The output is written; acking is right. Until the lease
