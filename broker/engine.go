@@ -24,13 +24,9 @@ const (
 func (b *Broker) nowNanos() int64 { return b.now().UnixNano() }
 
 // publishLocked stores a new message on t and hands it to every attached
-// subscription.
-func (b *Broker) publishLocked(t *topic, data []byte, attrs map[string]string, key string, now int64) *message {
-	m := &message{seq: b.nextSeq, topic: t.id, publish: now, data: data, attrs: attrs, key: key}
-	m.size = len(data) + len(key)
-	for k, v := range attrs {
-		m.size += len(k) + len(v)
-	}
+// subscription. size is what checkMessage computed.
+func (b *Broker) publishLocked(t *topic, data []byte, attrs map[string]string, key string, size int, now int64) *message {
+	m := &message{seq: b.nextSeq, topic: t.id, publish: now, data: data, attrs: attrs, key: key, size: size}
 	b.nextSeq++
 	b.logPublish(m)
 	b.fanoutLocked(t, m)
@@ -239,7 +235,13 @@ func (b *Broker) deadLetterLocked(s *subscription, it item, now int64) bool {
 	attrs[attrDLSubscription] = subID
 	attrs[attrDLProject] = project
 	attrs[attrDLPublishTime] = time.Unix(0, it.m.publish).UTC().Format("2006-01-02T15:04:05.000Z")
-	b.publishLocked(t, it.m.data, attrs, it.m.key, now)
+	size := it.m.size
+	for k, v := range attrs {
+		if _, ok := it.m.attrs[k]; !ok {
+			size += len(k) + len(v)
+		}
+	}
+	b.publishLocked(t, it.m.data, attrs, it.m.key, size, now)
 	b.finishLocked(s, it.m)
 	b.releaseKeyLocked(s, it.m)
 	return true

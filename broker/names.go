@@ -62,38 +62,39 @@ func parseName(name, kind string) (project, id string, err error) {
 	return parts[1], parts[3], nil
 }
 
-// checkMessage enforces the service's per-message limits. i is the index in
-// the request, so that the error names the offending message.
-func checkMessage(i int, m *pb.PubsubMessage) error {
+// checkMessage enforces the service's per-message limits and returns the
+// message's size. i is the index in the request, so that the error names
+// the offending message.
+func checkMessage(i int, m *pb.PubsubMessage) (int, error) {
 	if len(m.Data) == 0 && len(m.Attributes) == 0 {
-		return status.Errorf(codes.InvalidArgument, "message %d: a message needs non-empty data or at least one attribute", i)
+		return 0, status.Errorf(codes.InvalidArgument, "message %d: a message needs non-empty data or at least one attribute", i)
 	}
 	if len(m.Attributes) > maxAttributes {
-		return status.Errorf(codes.InvalidArgument, "message %d: %d attributes, the limit is %d", i, len(m.Attributes), maxAttributes)
+		return 0, status.Errorf(codes.InvalidArgument, "message %d: %d attributes, the limit is %d", i, len(m.Attributes), maxAttributes)
 	}
 	size := len(m.Data) + len(m.OrderingKey)
 	for k, v := range m.Attributes {
 		if k == "" {
-			return status.Errorf(codes.InvalidArgument, "message %d: an attribute key is empty", i)
+			return 0, status.Errorf(codes.InvalidArgument, "message %d: an attribute key is empty", i)
 		}
 		if len(k) > maxAttrKeyBytes {
-			return status.Errorf(codes.InvalidArgument, "message %d: attribute key %.40q... is %d bytes, the limit is %d", i, k, len(k), maxAttrKeyBytes)
+			return 0, status.Errorf(codes.InvalidArgument, "message %d: attribute key %.40q... is %d bytes, the limit is %d", i, k, len(k), maxAttrKeyBytes)
 		}
 		if len(v) > maxAttrValueBytes {
-			return status.Errorf(codes.InvalidArgument, "message %d: the value of attribute %q is %d bytes, the limit is %d", i, k, len(v), maxAttrValueBytes)
+			return 0, status.Errorf(codes.InvalidArgument, "message %d: the value of attribute %q is %d bytes, the limit is %d", i, k, len(v), maxAttrValueBytes)
 		}
 		size += len(k) + len(v)
 	}
 	if len(m.OrderingKey) > maxOrderingKey {
-		return status.Errorf(codes.InvalidArgument, "message %d: ordering key is %d bytes, the limit is %d", i, len(m.OrderingKey), maxOrderingKey)
+		return 0, status.Errorf(codes.InvalidArgument, "message %d: ordering key is %d bytes, the limit is %d", i, len(m.OrderingKey), maxOrderingKey)
 	}
 	if !utf8.ValidString(m.OrderingKey) {
-		return status.Errorf(codes.InvalidArgument, "message %d: ordering key is not valid UTF-8", i)
+		return 0, status.Errorf(codes.InvalidArgument, "message %d: ordering key is not valid UTF-8", i)
 	}
 	if size > maxMessageBytes {
-		return status.Errorf(codes.InvalidArgument, "message %d: %d bytes, the limit is %d", i, size, maxMessageBytes)
+		return 0, status.Errorf(codes.InvalidArgument, "message %d: %d bytes, the limit is %d", i, size, maxMessageBytes)
 	}
-	return nil
+	return size, nil
 }
 
 // checkSubscriptionConfig validates the settings the broker interprets and
