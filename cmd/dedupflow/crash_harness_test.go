@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/dedupflow/dedupflow/broker"
+)
+
+// crashEnv is one crash-test run: an in-process broker (it is not the one
+// being killed), a client for it, and the dedupflow binary.
+type crashEnv struct {
+	t       *testing.T
+	dir     string
+	bin     string
+	addr    string // broker host:port
+	client  *pubsub.Client
+	project string
+}
+
+const crashProject = "crash-proof"
+
+// newCrashEnv builds the binary (without -race: the binary is what is
+// killed, not what is checked) and starts a broker.
+func newCrashEnv(t *testing.T) *crashEnv {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "dedupflow")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	b, err := broker.New(broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := b.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
+	c, err := pubsub.NewClient(context.Background(), crashProject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return &crashEnv{t: t, dir: dir, bin: bin, addr: addr, client: c, project: crashProject}
+}
+
+func (e *crashEnv) topic(id string) string {
+	return fmt.Sprintf("projects/%s/topics/%s", e.project, id)
+}
+
+func (e *crashEnv) sub(id string) string {
+	return fmt.Sprintf("projects/%s/subscriptions/%s", e.project, id)
+}
+
+// createTopicSub creates topic and a subscription of it.
+func (e *crashEnv) createTopicSub(topic, sub string) {
+	e.t.Helper()
+	ctx := context.Background()
+	if _, err := e.client.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: e.topic(topic)}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.client.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{
+		Name: e.sub(sub), Topic: e.topic(topic), AckDeadlineSeconds: 10,
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// seekTo makes the subscription deliver again everything published since
+// t, acknowledged or not: forced redeliveries of the same message IDs.
+// (Seeking to a time also acknowledges everything published before it, so
+// t must precede the first publish, or the backlog would be dropped.)
+func (e *crashEnv) seekTo(sub string, t time.Time) error {
+	_, err := e.client.SubscriptionAdminClient.Seek(context.Background(), &pb.SeekRequest{
+		Subscription: e.sub(sub), Target: &pb.SeekRequest_Time{Time: timestamppb.New(t)},
+	})
+	return err
+}
+
+// published is what the publisher sent: key -> message IDs of its copies.
+type published struct {
+	mu    sync.Mutex
+	ids   map[string][]string
+	total int
+	took  time.Duration
+}
+
+// publish sends every key once and a share of them twice (republished
+// copies with new message IDs), in random order, with the key in the "eid"
+// attribute and "payload-KEY" as data.
+func (e *crashEnv) publish(ctx context.Context, topic string, keys []string, copyShare float64, rng *rand.Rand) (*published, error) {
+	order := make([]string, 0, len(keys)+int(float64(len(keys))*copyShare)+1)
+	order = append(order, keys...)
+	for _, k := range keys {
+		if rng.Float64() < copyShare {
+			order = append(order, k)
+		}
+	}
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	p := e.client.Publisher(e.topic(topic))
+	defer p.Stop()
+	res := make([]*pubsub.PublishResult, len(order))
+	for i, k := range order {
+		res[i] = p.Publish(ctx, &pubsub.Message{Data: []byte("payload-" + k), Attributes: map[string]string{"eid": k}})
+	}
+	start := time.Now()
+	out := &published{ids: make(map[string][]string, len(keys)), total: len(order)}
+	for i, r := range res {
+		id, err := r.Get(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("publish %s: %w", order[i], err)
+		}
+		out.mu.Lock()
+		out.ids[order[i]] = append(out.ids[order[i]], id)
+		out.mu.Unlock()
+	}
+	out.took = time.Since(start)
+	return out, nil
+}
+
+// pipelineProc runs the dedupflow binary again and again.
+type pipelineProc struct {
+	e    *crashEnv
+	args []string
+	runs int
+	cmd  *exec.Cmd
+	log  *os.File
+}
+
+func (p *pipelineProc) start() {
+	p.e.t.Helper()
+	p.runs++
+	f, err := os.Create(filepath.Join(p.e.dir, fmt.Sprintf("run-%02d.log", p.runs)))
+	if err != nil {
+		p.e.t.Fatal(err)
+	}
+	cmd := exec.Command(p.e.bin, p.args...)
+	cmd.Env = append(os.Environ(), "PUBSUB_EMULATOR_HOST="+p.e.addr)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		p.e.t.Fatal(err)
+	}
+	p.cmd, p.log = cmd, f
+}
+
+// kill ends the running process with SIGKILL: no deferred code, no flush.
+func (p *pipelineProc) kill() {
+	p.e.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		p.e.t.Fatalf("kill run %d: %v (it died on its own?)\n%s", p.runs, err, p.tail())
+	}
+	_ = p.cmd.Wait()
+	_ = p.log.Close()
+}
+
+// exited reports whether the current run ended by itself (a crash of
+// dedupflow, not of ours).
+func (p *pipelineProc) exited() bool {
+	return p.cmd.ProcessState != nil || p.cmd.Process.Signal(syscall.Signal(0)) != nil
+}
+
+// stop ends the last run gracefully.
+func (p *pipelineProc) stop() {
+	p.e.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			p.e.t.Errorf("last run exited with %v\n%s", err, p.tail())
+		}
+	case <-time.After(60 * time.Second):
+		_ = p.cmd.Process.Kill()
+		p.e.t.Errorf("last run did not stop within 60s of SIGTERM\n%s", p.tail())
+	}
+	_ = p.log.Close()
+}
+
+// tail is the end of the current run's log.
+func (p *pipelineProc) tail() string {
+	b, _ := os.ReadFile(filepath.Join(p.e.dir, fmt.Sprintf("run-%02d.log", p.runs)))
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// crashLoop kills the pipeline kills times, each after a random 0.3–2.5 s
+// of work, restarting it each time; after two of the kills it seeks the
+// input back to since (before the first publish), so every message is
+// delivered again; and it leaves the last run going.
+func crashLoop(t *testing.T, e *crashEnv, p *pipelineProc, kills int, inputSub string, since time.Time, rng *rand.Rand) (seeks int) {
+	p.start()
+	for i := range kills {
+		time.Sleep(300*time.Millisecond + time.Duration(rng.Int64N(int64(2200*time.Millisecond))))
+		if p.exited() {
+			t.Fatalf("run %d exited by itself\n%s", p.runs, p.tail())
+		}
+		p.kill()
+		if i%10 == 4 {
+			if err := e.seekTo(inputSub, since); err != nil {
+				t.Fatalf("seek: %v", err)
+			}
+			seeks++
+		}
+		p.start()
+	}
+	return seeks
+}
+
+func crashKeys(n int, prefix string) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%06d", prefix, i)
+	}
+	return keys
+}

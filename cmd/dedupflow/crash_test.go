@@ -1,0 +1,287 @@
+package main
+
+// The crash-safety proof: the pipeline binary is killed with SIGKILL at
+// random moments while it works, and restarted each time. With the disk
+// store and the PostgreSQL sink, the table must end up holding exactly the
+// published keys: none lost, none extra. With the Pub/Sub sink, every key
+// must come out at least once, and copies beyond the first (the ones a kill
+// between publish and commit can produce) must carry the key attribute so a
+// reader can drop them.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/dedupflow/dedupflow/internal/testenv"
+)
+
+const (
+	crashKills     = 20
+	crashCopyShare = 0.3 // share of keys published twice
+)
+
+// crashSize is the number of unique keys: 100,000, or
+// DEDUPFLOW_CRASH_KEYS, or 20,000 with -short.
+func crashSize(t *testing.T) int {
+	if v := os.Getenv("DEDUPFLOW_CRASH_KEYS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("DEDUPFLOW_CRASH_KEYS=%q: want a positive number", v)
+		}
+		return n
+	}
+	if testing.Short() {
+		return 20_000
+	}
+	return 100_000
+}
+
+func crashSeed(t *testing.T) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("DEDUPFLOW_CRASH_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("seed %d (set DEDUPFLOW_CRASH_SEED to repeat the kill and publish pattern)", seed)
+	return seed
+}
+
+// publishInBackground publishes while the pipeline runs and is killed.
+func publishInBackground(e *crashEnv, topic string, keys []string, seed uint64) func() *published {
+	var pub *published
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pub, err = e.publish(context.Background(), topic, keys, crashCopyShare, rand.New(rand.NewPCG(seed, 1)))
+	}()
+	return func() *published {
+		<-done
+		if err != nil {
+			e.t.Fatalf("publish: %v", err)
+		}
+		return pub
+	}
+}
+
+func TestCrashSafetyPostgres(t *testing.T) {
+	pgURL := testenv.PostgresURL(t)
+	n := crashSize(t)
+	seed := crashSeed(t)
+	e := newCrashEnv(t)
+	e.createTopicSub("crash-in", "crash-in-sub")
+	table := fmt.Sprintf("crash_%d", time.Now().UnixNano())
+	db, err := pgxpool.New(context.Background(), pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
+		db.Close()
+	})
+
+	keys := crashKeys(n, "pg")
+	p := &pipelineProc{e: e, args: []string{"pipeline",
+		"--input-subscription", e.sub("crash-in-sub"), "--id-attribute", "eid", "--horizon", "1h",
+		"--state", "file:" + filepath.Join(e.dir, "state.db"),
+		"--sink", pgURL, "--table", table,
+		"--metrics-addr", "", "--log-level", "warn"}}
+	start := time.Now()
+	wait := publishInBackground(e, "crash-in", keys, seed)
+	seeks := crashLoop(t, e, p, crashKills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)))
+	pub := wait()
+	t.Logf("published %d messages for %d keys (%d republished copies) in %v; %d kills, %d seeks back to the start, in %v",
+		pub.total, n, pub.total-n, pub.took.Round(time.Millisecond), crashKills, seeks, time.Since(start).Round(time.Millisecond))
+
+	count := func() int {
+		var c int
+		if err := db.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&c); err != nil {
+			t.Fatalf("count rows: %v", err)
+		}
+		return c
+	}
+	deadline := time.Now().Add(6 * time.Minute)
+	for c := count(); c < n; c = count() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 6 minutes the table has %d of %d keys\n%s", c, n, p.tail())
+		}
+		if p.exited() {
+			t.Fatalf("last run exited by itself\n%s", p.tail())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("all %d keys in the table %v after the start", n, time.Since(start).Round(time.Millisecond))
+	// Let late redeliveries and copies arrive: they must change nothing.
+	time.Sleep(5 * time.Second)
+	p.stop()
+
+	rows, err := db.Query(context.Background(), "SELECT key, message_id FROM "+pgx.Identifier{table}.Sanitize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	var dup, unexpected, wrongID []string
+	for rows.Next() {
+		var k, id string
+		if err := rows.Scan(&k, &id); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := got[k]; ok {
+			dup = append(dup, k)
+		}
+		got[k] = id
+		ids, ok := pub.ids[k]
+		switch {
+		case !ok:
+			unexpected = append(unexpected, k)
+		case !slices.Contains(ids, id):
+			wrongID = append(wrongID, fmt.Sprintf("%s=%s (published as %v)", k, id, ids))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for _, k := range keys {
+		if _, ok := got[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	t.Logf("table: %d rows, %d expected keys; missing %d, unexpected %d, twice %d, foreign message ID %d",
+		len(got), n, len(missing), len(unexpected), len(dup), len(wrongID))
+	for what, list := range map[string][]string{"missing": missing, "unexpected": unexpected, "twice": dup, "with a message ID never published for the key": wrongID} {
+		if len(list) > 0 {
+			sort.Strings(list)
+			t.Errorf("%d keys %s, e.g. %s", len(list), what, strings.Join(list[:min(5, len(list))], ", "))
+		}
+	}
+}
+
+func TestCrashSafetyPubSub(t *testing.T) {
+	n := crashSize(t)
+	seed := crashSeed(t)
+	e := newCrashEnv(t)
+	e.createTopicSub("crash-in", "crash-in-sub")
+	e.createTopicSub("crash-out", "crash-out-sub")
+
+	// Read the output while the pipeline runs. Output message IDs tell
+	// copies the pipeline published (new IDs) from redeliveries to this
+	// reader (same ID), which are not the pipeline's doing.
+	var (
+		mu       sync.Mutex
+		outIDs   = map[string]map[string]bool{} // key -> output message IDs
+		noAttr   []string
+		lastNew  time.Time
+		received int
+	)
+	rctx, stopReading := context.WithCancel(context.Background())
+	readDone := make(chan error, 1)
+	go func() {
+		sub := e.client.Subscriber(e.sub("crash-out-sub"))
+		sub.ReceiveSettings.MaxOutstandingMessages = 5000
+		readDone <- sub.Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+			key := strings.TrimPrefix(string(m.Data), "payload-")
+			mu.Lock()
+			received++
+			if m.Attributes["eid"] != key {
+				noAttr = append(noAttr, m.ID)
+			}
+			if outIDs[key] == nil {
+				outIDs[key] = map[string]bool{}
+			}
+			if !outIDs[key][m.ID] {
+				outIDs[key][m.ID] = true
+				lastNew = time.Now()
+			}
+			mu.Unlock()
+			m.Ack()
+		})
+	}()
+
+	keys := crashKeys(n, "ps")
+	p := &pipelineProc{e: e, args: []string{"pipeline",
+		"--input-subscription", e.sub("crash-in-sub"), "--id-attribute", "eid", "--horizon", "1h",
+		"--state", "file:" + filepath.Join(e.dir, "state.db"),
+		"--sink", "pubsub", "--output-topic", e.topic("crash-out"),
+		"--metrics-addr", "", "--log-level", "warn"}}
+	start := time.Now()
+	wait := publishInBackground(e, "crash-in", keys, seed)
+	seeks := crashLoop(t, e, p, crashKills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)))
+	lastKill := time.Now()
+	pub := wait()
+	t.Logf("published %d messages for %d keys (%d republished copies) in %v; %d kills, %d seeks back to the start, in %v",
+		pub.total, n, pub.total-n, pub.took.Round(time.Millisecond), crashKills, seeks, time.Since(start).Round(time.Millisecond))
+
+	// Done when every key came out, the claim lease of the last killed run
+	// (30 s) has passed — a copy waiting on it may still produce an extra —
+	// and nothing new came for 5 s.
+	deadline := time.Now().Add(6 * time.Minute)
+	for {
+		mu.Lock()
+		seen, quiet := len(outIDs), time.Since(lastNew)
+		mu.Unlock()
+		if seen >= n && time.Since(lastKill) > 40*time.Second && quiet > 5*time.Second {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 6 minutes %d of %d keys came out\n%s", seen, n, p.tail())
+		}
+		if p.exited() {
+			t.Fatalf("last run exited by itself\n%s", p.tail())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	p.stop()
+	stopReading()
+	if err := <-readDone; err != nil {
+		t.Errorf("reading the output: %v", err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	var missing, unexpected []string
+	outputs, extraKeys := 0, 0
+	for _, k := range keys {
+		c := len(outIDs[k])
+		if c == 0 {
+			missing = append(missing, k)
+		}
+		if c > 1 {
+			extraKeys++
+		}
+		outputs += c
+	}
+	for k := range outIDs {
+		if _, ok := pub.ids[k]; !ok {
+			unexpected = append(unexpected, k)
+		}
+	}
+	extras := outputs - (n - len(missing))
+	t.Logf("output: %d distinct messages (%d deliveries to the reader) for %d keys; %d extra copies on %d keys after %d kills; %d without the id attribute",
+		outputs, received, len(outIDs), extras, extraKeys, crashKills, len(noAttr))
+	if len(missing) > 0 {
+		t.Errorf("%d keys never came out, e.g. %v", len(missing), missing[:min(5, len(missing))])
+	}
+	if len(unexpected) > 0 {
+		t.Errorf("%d keys came out that were never published, e.g. %v", len(unexpected), unexpected[:min(5, len(unexpected))])
+	}
+	if len(noAttr) > 0 {
+		t.Errorf("%d outputs lack the eid attribute that lets a reader drop copies", len(noAttr))
+	}
+	if extras > crashKills {
+		t.Errorf("%d extra copies after %d kills: more than one per kill", extras, crashKills)
+	}
+}
