@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -11,9 +12,11 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/api/iterator"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -427,4 +430,79 @@ func TestLimitsOurs(t *testing.T) {
 	if _, err := c.TopicAdminClient.Publish(ctx, &pb.PublishRequest{Topic: topicName("nope"), Messages: []*pb.PubsubMessage{{Data: []byte("x")}}}); status.Code(err) != codes.NotFound {
 		t.Errorf("publish to missing topic: %v", err)
 	}
+}
+
+func TestAdmin(t *testing.T) {
+	forEachTarget(t, []string{"emulator", "pstest"}, func(t *testing.T, tg target) {
+		c := newClient(t, tg.addr)
+		ctx := context.Background()
+		topic := createTopic(t, c)
+		got, err := c.TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: topic})
+		if err != nil || got.Name != topic {
+			t.Fatalf("get topic: %v %v", got, err)
+		}
+		up, err := c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{
+			Topic:      &pb.Topic{Name: topic, MessageRetentionDuration: durationpb.New(time.Hour)},
+			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"message_retention_duration"}}})
+		if err != nil || up.MessageRetentionDuration.AsDuration() != time.Hour {
+			t.Fatalf("update topic: %v %v", up, err)
+		}
+		var names []string
+		it := c.TopicAdminClient.ListTopics(ctx, &pb.ListTopicsRequest{Project: "projects/" + project})
+		for {
+			tp, err := it.Next()
+			if err == iterator.Done {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, tp.Name)
+		}
+		if !slices.Contains(names, topic) {
+			t.Errorf("ListTopics misses %s", topic)
+		}
+		s1 := createSub(t, c, &pb.Subscription{Topic: topic})
+		s2 := createSub(t, c, &pb.Subscription{Topic: topic})
+		var subs []string
+		sit := c.TopicAdminClient.ListTopicSubscriptions(ctx, &pb.ListTopicSubscriptionsRequest{Topic: topic})
+		for {
+			n, err := sit.Next()
+			if err == iterator.Done {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			subs = append(subs, n)
+		}
+		sort.Strings(subs)
+		want := []string{s1.Name, s2.Name}
+		sort.Strings(want)
+		if fmt.Sprint(subs) != fmt.Sprint(want) {
+			t.Errorf("topic subscriptions %v, want %v", subs, want)
+		}
+		us, err := c.SubscriptionAdminClient.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+			Subscription: &pb.Subscription{Name: s1.Name, AckDeadlineSeconds: 42},
+			UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"ack_deadline_seconds"}}})
+		if err != nil || us.AckDeadlineSeconds != 42 {
+			t.Fatalf("update subscription: %v %v", us, err)
+		}
+		if err := c.SubscriptionAdminClient.DeleteSubscription(ctx, &pb.DeleteSubscriptionRequest{Subscription: s2.Name}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: s2.Name}); status.Code(err) != codes.NotFound {
+			t.Errorf("get deleted subscription: %v", err)
+		}
+		if err := c.TopicAdminClient.DeleteTopic(ctx, &pb.DeleteTopicRequest{Topic: topic}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: topic}); status.Code(err) != codes.NotFound {
+			t.Errorf("get deleted topic: %v", err)
+		}
+		orphan, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: s1.Name})
+		if err != nil || orphan.Topic != deletedTopic {
+			t.Errorf("subscription of a deleted topic: %v %v", orphan, err)
+		}
+	})
 }

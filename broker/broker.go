@@ -14,6 +14,7 @@ import (
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 )
 
 // Options configure a Broker. The zero value is an in-memory broker that
@@ -133,9 +134,14 @@ func (b *Broker) Register(s *grpc.Server) {
 }
 
 // ServerOptions are the gRPC options the broker needs: requests up to the
-// service's 10 MB limit plus framing.
+// service's 10 MB limit plus framing, and tolerance for the keepalive pings
+// the official clients send every 5 minutes (gRPC's default policy would
+// answer one that comes a little early with GOAWAY).
 func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxRecvMsgSize(maxRequestBytes + 1<<20)}
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(maxRequestBytes + 1<<20),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 30 * time.Second, PermitWithoutStream: true}),
+	}
 }
 
 // ErrAddrInUse is returned by Listen when the address is taken.
