@@ -1,0 +1,53 @@
+package disk
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/dedupflow/dedupflow/dedup"
+)
+
+// TestIndexMatchesMap runs random sets, gets and removes against the index
+// and a Go map; few distinct keys, so collisions, displacement and
+// backward shifts all happen, through growth.
+func TestIndexMatchesMap(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	ix := newIndex(0)
+	ref := map[dedup.Key]rec{}
+	key := func() dedup.Key {
+		var k dedup.Key
+		n := r.Uint64N(5000)
+		// Few distinct low halves: long probe runs.
+		binary.LittleEndian.PutUint64(k[:8], n)
+		binary.LittleEndian.PutUint64(k[8:], (n%700)<<50)
+		return k
+	}
+	for i := range 200000 {
+		k := key()
+		switch r.IntN(3) {
+		case 0:
+			v := rec{exp: int64(i), tag: uint32(i%7 + 1)}
+			ix.set(k, v)
+			ref[k] = v
+		case 1:
+			if j := ix.find(k); j >= 0 {
+				ix.remove(j)
+			}
+			delete(ref, k)
+		}
+		got, ok := ix.get(k)
+		want, wok := ref[k]
+		if ok != wok || got != want {
+			t.Fatalf("op %d: get %v = %v,%v; want %v,%v", i, k, got, ok, want, wok)
+		}
+		if ix.n != len(ref) {
+			t.Fatalf("op %d: n = %d, want %d", i, ix.n, len(ref))
+		}
+	}
+	for k, want := range ref {
+		if got, ok := ix.get(k); !ok || got != want {
+			t.Fatalf("final: %v = %v,%v; want %v", k, got, ok, want)
+		}
+	}
+}
