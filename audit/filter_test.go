@@ -261,3 +261,16 @@ func TestSnapshotter(t *testing.T) {
 		t.Fatalf("temporary files left: %v", m)
 	}
 }
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{"7d": 7 * 24 * time.Hour, "1.5d": 36 * time.Hour, "36h": 36 * time.Hour, "0": 0, "90m": 90 * time.Minute} {
+		if got, err := audit.ParseDuration(in); err != nil || got != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"d", "7days", "-1d", "1e9d", "week", ""} {
+		if _, err := audit.ParseDuration(in); err == nil {
+			t.Errorf("ParseDuration(%q) accepted", in)
+		}
+	}
+}

@@ -138,6 +138,9 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 		}
 		p.audit = a
 		p.m.audit = a.Stats
+		p.log.Info("audit horizon on: copies after the dedup horizon are marked, not dropped",
+			"audit_horizon", cfg.Audit.Horizon.String(), "capacity", cfg.Audit.Capacity,
+			"false_positive", cfg.Audit.FalsePositive, "bytes", a.Stats().Bytes, "snapshot", cfg.AuditSnapshot)
 		if p.cfg.AuditSnapshotEvery <= 0 {
 			p.cfg.AuditSnapshotEvery = DefaultAuditSnapshotEvery
 		}

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
@@ -35,6 +37,13 @@ type job struct {
 	shadow         bool
 	maxOutstanding int
 	metricsAddr    string
+	keyFrom        string
+	timeDomain     string
+	lateness       time.Duration
+	late           string
+	auditHorizon   time.Duration
+	auditFP        float64
+	auditCapacity  uint
 }
 
 func (j *job) register(fs *flag.FlagSet) {
@@ -55,6 +64,16 @@ func (j *job) register(fs *flag.FlagSet) {
 	fs.BoolVar(&j.shadow, "shadow", false, "decide and count duplicates but emit every message")
 	fs.IntVar(&j.maxOutstanding, "max-outstanding", 1000, "messages held at once")
 	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
+	fs.StringVar(&j.keyFrom, "key-from", "attribute", "where the key is: attribute (--id-attribute, else the message ID), json:PATH (a field of a JSON payload) or hash (SHA-256 of the payload)")
+	fs.StringVar(&j.timeDomain, "time-domain", "processing", "clock of the horizon: processing, or event (expires when the watermark passes event time + horizon)")
+	fs.DurationVar(&j.lateness, "allowed-lateness", time.Minute, "event time: how far the watermark trails the highest event time seen")
+	fs.StringVar(&j.late, "late", "pass", "event time: a message too late to judge: pass (emit, counted) or dead-letter")
+	fs.Func("audit-horizon", "remember keys this long (e.g. 7d), approximately, to mark copies after --horizon as probable late duplicates (default off)", func(s string) (err error) {
+		j.auditHorizon, err = audit.ParseDuration(s)
+		return err
+	})
+	fs.Float64Var(&j.auditFP, "audit-fp", audit.DefaultFalsePositive, "false-positive rate of the audit filter at --audit-capacity")
+	fs.UintVar(&j.auditCapacity, "audit-capacity", audit.DefaultCapacity, "distinct keys per --audit-horizon the audit filter is sized for (memory is fixed at start)")
 }
 
 // names resolves and checks the resource flags.
@@ -93,7 +112,14 @@ func (j *job) config() (pipeline.Config, dedup.Options, error) {
 	if err != nil {
 		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--missing-id: %w", err)
 	}
-	if missing != dedup.Fallback && j.idAttr == "" {
+	from, path, err := dedup.ParseKeyFrom(j.keyFrom)
+	if err != nil {
+		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--key-from: %w", err)
+	}
+	if from != dedup.KeyFromAttribute && j.idAttr != "" {
+		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--id-attribute is not read with --key-from %s; name the outputs' key attribute with --output-id-attribute", j.keyFrom)
+	}
+	if missing != dedup.Fallback && j.idAttr == "" && from == dedup.KeyFromAttribute {
 		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--missing-id %s needs --id-attribute", j.missing)
 	}
 	if missing == dedup.Reject && j.deadLetter == "" {
@@ -102,17 +128,57 @@ func (j *job) config() (pipeline.Config, dedup.Options, error) {
 	if j.maxOutstanding < 1 {
 		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--max-outstanding %d must be at least 1", j.maxOutstanding)
 	}
-	opt := dedup.Options{Horizon: j.horizon}
+	opt := dedup.Options{Horizon: j.horizon, AllowedLateness: j.lateness}
 	if j.horizon < dedup.MinHorizon {
 		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--horizon %v is below the minimum of %v", j.horizon, dedup.MinHorizon)
 	}
+	ev, err := j.eventConfig(&opt)
+	if err != nil {
+		return pipeline.Config{}, dedup.Options{}, err
+	}
 	return pipeline.Config{
-		Rule:               dedup.Rule{IDAttribute: j.idAttr, Missing: missing},
+		Late:               ev.Late,
+		Audit:              ev.Audit,
+		AuditSnapshot:      ev.AuditSnapshot,
+		Rule:               dedup.Rule{IDAttribute: j.idAttr, Missing: missing, From: from, Path: path},
 		TimestampAttribute: j.tsAttr,
 		ProducerAttribute:  j.producerAttr,
 		OutputIDAttribute:  j.outIDAttr,
 		Shadow:             j.shadow,
 	}, opt, nil
+}
+
+// eventConfig checks the event-time and audit flags.
+func (j *job) eventConfig(opt *dedup.Options) (pipeline.Config, error) {
+	var cfg pipeline.Config
+	var err error
+	if opt.Domain, err = dedup.ParseTimeDomain(j.timeDomain); err != nil {
+		return cfg, fmt.Errorf("--time-domain: %w", err)
+	}
+	if j.lateness < 0 {
+		return cfg, fmt.Errorf("--allowed-lateness %v must not be negative", j.lateness)
+	}
+	if cfg.Late, err = dedup.ParseLate(j.late); err != nil {
+		return cfg, fmt.Errorf("--late: %w", err)
+	}
+	if cfg.Late == dedup.LateDeadLetter && (opt.Domain != dedup.EventTime || j.deadLetter == "") {
+		return cfg, errors.New("--late dead-letter needs --time-domain event and --dead-letter-topic")
+	}
+	if j.auditHorizon == 0 {
+		return cfg, nil
+	}
+	if j.auditHorizon <= j.horizon {
+		return cfg, fmt.Errorf("--audit-horizon %v must be longer than --horizon %v", j.auditHorizon, j.horizon)
+	}
+	cfg.Audit = audit.Options{Horizon: j.auditHorizon, FalsePositive: j.auditFP, Capacity: j.auditCapacity}
+	if err := cfg.Audit.Validate(); err != nil {
+		return cfg, fmt.Errorf("--audit-horizon/--audit-fp/--audit-capacity: %w", err)
+	}
+	// Beside the disk store's file, so the audit survives restarts with it.
+	if path, ok := strings.CutPrefix(j.state, "file:"); ok {
+		cfg.AuditSnapshot = path + ".audit"
+	}
+	return cfg, nil
 }
 
 // project picks the client's project: the flag, or the input's.

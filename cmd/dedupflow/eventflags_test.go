@@ -1,0 +1,74 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dedupflow/dedupflow/dedup"
+)
+
+// The flags of keys from the body, event time and the audit horizon.
+func TestEventAndAuditFlags(t *testing.T) {
+	base := []string{"--input-subscription", "projects/p/subscriptions/s", "--output-topic", "projects/p/topics/t"}
+	cases := []struct {
+		args []string
+		err  string
+		ok   func(t *testing.T, j *job)
+	}{
+		{args: []string{"--key-from", "json:order.id", "--time-domain", "event", "--allowed-lateness", "2m",
+			"--audit-horizon", "7d", "--audit-fp", "0.01", "--audit-capacity", "1000", "--state", "file:/var/lib/d/state.db"},
+			ok: func(t *testing.T, j *job) {
+				cfg, opt, err := j.config()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cfg.Rule.From != dedup.KeyFromJSON || cfg.Rule.Path != "order.id" || opt.Domain != dedup.EventTime ||
+					opt.AllowedLateness != 2*time.Minute || cfg.Audit.Horizon != 7*24*time.Hour || cfg.Audit.FalsePositive != 0.01 ||
+					cfg.Audit.Capacity != 1000 || cfg.AuditSnapshot != "/var/lib/d/state.db.audit" {
+					t.Fatalf("config %+v, options %+v", cfg, opt)
+				}
+			}},
+		{args: []string{"--key-from", "hash", "--missing-id", "pass"}, ok: func(t *testing.T, j *job) {
+			if cfg, _, err := j.config(); err != nil || cfg.Rule.From != dedup.KeyFromHash || cfg.Audit.Horizon != 0 {
+				t.Fatalf("%+v, %v", cfg, err)
+			}
+		}},
+		{args: []string{"--key-from", "json:"}, err: "path is empty"},
+		{args: []string{"--key-from", "xml:a"}, err: "attribute, json:PATH or hash"},
+		{args: []string{"--key-from", "hash", "--id-attribute", "k"}, err: "--output-id-attribute"},
+		{args: []string{"--time-domain", "ingest"}, err: "processing or event"},
+		{args: []string{"--late", "dead-letter", "--time-domain", "event"}, err: "--dead-letter-topic"},
+		{args: []string{"--late", "dead-letter", "--dead-letter-topic", "dl"}, err: "--time-domain event"},
+		{args: []string{"--late", "drop"}, err: "pass or dead-letter"},
+		{args: []string{"--allowed-lateness", "-1s", "--time-domain", "event"}, err: "negative"},
+		{args: []string{"--audit-horizon", "5m"}, err: "longer than --horizon"},
+		{args: []string{"--audit-horizon", "7d", "--audit-fp", "0.9"}, err: "between 0 and 0.5"},
+		{args: []string{"--audit-horizon", "7d", "--audit-capacity", "100000000000"}, err: "more than the"},
+		{args: []string{"--audit-horizon", "week"}, err: "days such as 7d"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			var j job
+			fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			j.register(fs)
+			err := fs.Parse(append(append([]string{}, base...), c.args...))
+			if err == nil {
+				_, _, err = j.config()
+			}
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("error %v, want one saying %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.ok(t, &j)
+		})
+	}
+}
