@@ -79,7 +79,7 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 		// fsync) rather than rebuilt on open: rebuilding walks every page,
 		// 0.7 s of CPU at 10M keys.
 		FreelistType: bolt.FreelistMapType,
-		NoSync:         opt.NoSync,
+		NoSync:       opt.NoSync,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open state file %s: another process holds it", path)
