@@ -32,6 +32,11 @@
 // With Options.DataDir the broker writes an append-only log of its state
 // changes (topic and subscription configuration, publishes, acks, seeks)
 // and answers a Publish only after its records are written and fsynced.
+// (A subscriber may see a message a moment before it is durable; if the
+// broker dies in that moment, the publisher got no answer and retries.)
+// Acks are logged but not waited for, except on exactly-once
+// subscriptions, where a successful ack promises no redelivery; a lost
+// ack otherwise means one redelivery, which at-least-once allows.
 // Fsyncs are group commits: one writer goroutine flushes everything that
 // concurrent requests appended since its last write, so throughput stays
 // high while every acknowledged publish is durable. At start the log is

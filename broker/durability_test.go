@@ -14,6 +14,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // drainIDs receives from sub, acking everything, until done says so or
@@ -214,5 +215,36 @@ func TestKill9(t *testing.T) {
 	t.Logf("%d publishes acknowledged before kill -9, %d delivered after restart", len(acknowledged), len(got))
 	if lost > 0 {
 		t.Errorf("%d of %d acknowledged publishes lost", lost, len(acknowledged))
+	}
+}
+
+// TestRestartAfterSeek checks that a seek is replayed from the log: acked
+// messages that a seek made unacked again are still unacked after a restart.
+func TestRestartAfterSeek(t *testing.T) {
+	dir := t.TempDir()
+	clock := newFakeClock()
+	tg := startOurs(t, Options{DataDir: dir, Now: clock.Now})
+	c := newClient(t, tg.addr)
+	topic := createTopic(t, c)
+	sub := createSub(t, c, &pb.Subscription{Topic: topic, RetainAckedMessages: true})
+	before := clock.Now()
+	clock.Advance(time.Second)
+	ids := publish(t, c, topic, &pubsub.Message{Data: []byte("a")}, &pubsub.Message{Data: []byte("b")}, &pubsub.Message{Data: []byte("c")})
+	drainIDs(t, c, sub.Name, func(got map[string]bool) bool { return len(got) == 3 }, 10*time.Second)
+	if _, err := c.SubscriptionAdminClient.Seek(context.Background(), &pb.SeekRequest{Subscription: sub.Name,
+		Target: &pb.SeekRequest_Time{Time: timestamppb.New(before)}}); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := tg.ours.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tg2 := startOurs(t, Options{DataDir: dir, Now: clock.Now})
+	c2 := newClient(t, tg2.addr)
+	got := drainIDs(t, c2, sub.Name, func(got map[string]bool) bool { return len(got) == 3 }, 10*time.Second)
+	for _, id := range ids {
+		if !got[id] {
+			t.Errorf("message %s not redelivered after seek and restart (got %v)", id, got)
+		}
 	}
 }
