@@ -1,12 +1,14 @@
 package disk
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -322,14 +324,20 @@ func (w *writer) write(g *group, now int64) (more bool) {
 		// Keys arrive nearly in order, so full pages stay full.
 		b.FillPercent = 0.9
 		// bbolt keeps the slices until the transaction ends: one slab.
-		buf := make([]byte, len(g.keys)*(recKeyLen+recValLen))
+		const size = recKeyLen + recValLen
+		buf := make([]byte, len(g.keys)*size)
+		recs := make([][]byte, len(g.keys))
 		for i, k := range g.keys {
-			kb, vb := buf[:recKeyLen], buf[recKeyLen:recKeyLen+recValLen]
-			buf = buf[recKeyLen+recValLen:]
-			binary.BigEndian.PutUint64(kb, uint64(max(g.recs[i].exp, 0)))
-			copy(kb[8:], k[:])
-			binary.LittleEndian.PutUint32(vb, g.recs[i].tag)
-			if err := b.Put(kb, vb); err != nil {
+			r := buf[i*size : (i+1)*size]
+			binary.BigEndian.PutUint64(r, uint64(max(g.recs[i].exp, 0)))
+			copy(r[8:], k[:])
+			binary.LittleEndian.PutUint32(r[recKeyLen:], g.recs[i].tag)
+			recs[i] = r
+		}
+		// In key order, each Put lands on the leaf the last one touched.
+		slices.SortFunc(recs, func(x, y []byte) int { return bytes.Compare(x[:recKeyLen], y[:recKeyLen]) })
+		for _, r := range recs {
+			if err := b.Put(r[:recKeyLen], r[recKeyLen:]); err != nil {
 				return err
 			}
 		}
