@@ -23,6 +23,7 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/dedupflow/dedupflow/store"
 )
 
 // The tutorial's resource names.
@@ -49,7 +50,7 @@ func (u *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&u.job.idAttr, "id-attribute", "key", "attribute holding the publisher's stable key; the console's key goes there")
 	fs.StringVar(&u.job.tsAttr, "timestamp-attribute", "", "attribute holding the event time for the horizon (empty: the publish time)")
 	fs.DurationVar(&u.job.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
-	fs.StringVar(&u.job.state, "state", "mem", "where the horizon lives: mem")
+	fs.StringVar(&u.job.state, "state", "mem", "where the horizon lives: mem, file:PATH or redis://...")
 	fs.StringVar(&u.job.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&u.brokerAddr, "broker-addr", "127.0.0.1:8085", "address of the Pub/Sub-compatible broker, for other clients to join")
 	fs.StringVar(&u.consoleAddr, "console-addr", "127.0.0.1:8080", "address of the web console")
@@ -81,6 +82,13 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if _, _, err := u.job.config(); err != nil {
 		return err
+	}
+	maxHorizon, err := store.MaxHorizon(u.job.state)
+	if err != nil {
+		return fmt.Errorf("--state: %w", err)
+	}
+	if u.job.horizon > maxHorizon {
+		return fmt.Errorf("--horizon %v is longer than --state %s can hold (%v)", u.job.horizon, u.job.state, maxHorizon)
 	}
 	return u.run(ctx, log, stdout)
 }

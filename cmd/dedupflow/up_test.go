@@ -134,11 +134,15 @@ func TestUpBadFlags(t *testing.T) {
 		{[]string{"--id-attribute", ""}, "--id-attribute"},
 		{[]string{"--project", "x/y"}, "project"},
 		{[]string{"--state", "nope"}, "--state"},
+		{[]string{"--horizon", "100000h"}, "--horizon"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
 		var stdout, stderr syncBuffer
-		// Default ports on purpose: the error must come before listening.
-		err := run(context.Background(), append([]string{"up"}, tc.args...), &stdout, &stderr)
+		args := append([]string{"up", "--broker-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, tc.args...)
+		// A case that is not refused runs until the timeout, then fails.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := run(ctx, args, &stdout, &stderr)
+		cancel()
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("up %v: error %v, want one mentioning %q", tc.args, err, tc.want)
 		}
@@ -151,7 +155,13 @@ func TestUpBadFlags(t *testing.T) {
 func TestUpBinary(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "dedupflow")
-	build := exec.Command("go", "build", "-o", bin, ".")
+	// Built as this test binary was, so the packages it compiled are
+	// reused and only dedupflow's own package and the link are new.
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, ".")...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
