@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -104,8 +105,9 @@ type published struct {
 
 // publish sends every key once and a share of them twice (republished
 // copies with new message IDs), in random order, with the key in the "eid"
-// attribute and "payload-KEY" as data.
-func (e *crashEnv) publish(ctx context.Context, topic string, keys []string, copyShare float64, rng *rand.Rand) (*published, error) {
+// attribute and "payload-KEY" as data. Publishing is spread evenly over
+// pace, so the pipeline has fresh work during the whole kill phase.
+func (e *crashEnv) publish(ctx context.Context, topic string, keys []string, copyShare float64, pace time.Duration, rng *rand.Rand) (*published, error) {
 	order := make([]string, 0, len(keys)+int(float64(len(keys))*copyShare)+1)
 	order = append(order, keys...)
 	for _, k := range keys {
@@ -117,10 +119,14 @@ func (e *crashEnv) publish(ctx context.Context, topic string, keys []string, cop
 	p := e.client.Publisher(e.topic(topic))
 	defer p.Stop()
 	res := make([]*pubsub.PublishResult, len(order))
+	const steps = 100
+	start := time.Now()
 	for i, k := range order {
+		if i%(len(order)/steps+1) == 0 {
+			time.Sleep(time.Until(start.Add(pace * time.Duration(i) / time.Duration(len(order)))))
+		}
 		res[i] = p.Publish(ctx, &pubsub.Message{Data: []byte("payload-" + k), Attributes: map[string]string{"eid": k}})
 	}
-	start := time.Now()
 	out := &published{ids: make(map[string][]string, len(keys)), total: len(order)}
 	for i, r := range res {
 		id, err := r.Get(ctx)
@@ -207,14 +213,19 @@ func (p *pipelineProc) tail() string {
 // of work, restarting it each time; after two of the kills it seeks the
 // input back to since (before the first publish), so every message is
 // delivered again; and it leaves the last run going.
-func crashLoop(t *testing.T, e *crashEnv, p *pipelineProc, kills int, inputSub string, since time.Time, rng *rand.Rand) (seeks int) {
+//
+// progress reports how many keys are through at each kill, to show that
+// the kills hit a pipeline at work.
+func crashLoop(t *testing.T, e *crashEnv, p *pipelineProc, kills int, inputSub string, since time.Time, rng *rand.Rand, progress func() int) (seeks int) {
 	p.start()
+	at := make([]string, 0, kills)
 	for i := range kills {
 		time.Sleep(300*time.Millisecond + time.Duration(rng.Int64N(int64(2200*time.Millisecond))))
 		if p.exited() {
 			t.Fatalf("run %d exited by itself\n%s", p.runs, p.tail())
 		}
 		p.kill()
+		at = append(at, fmt.Sprint(progress()))
 		if i%10 == 4 {
 			if err := e.seekTo(inputSub, since); err != nil {
 				t.Fatalf("seek: %v", err)
@@ -223,6 +234,7 @@ func crashLoop(t *testing.T, e *crashEnv, p *pipelineProc, kills int, inputSub s
 		}
 		p.start()
 	}
+	t.Logf("keys through at each kill: %s", strings.Join(at, " "))
 	return seeks
 }
 

@@ -32,6 +32,7 @@ import (
 const (
 	crashKills     = 20
 	crashCopyShare = 0.3 // share of keys published twice
+	crashPace      = 20 * time.Second
 )
 
 // crashSize is the number of unique keys: 100,000, or
@@ -60,13 +61,14 @@ func crashSeed(t *testing.T) uint64 {
 }
 
 // publishInBackground publishes while the pipeline runs and is killed.
+// publishing is spread over crashPace, about the length of the kill phase.
 func publishInBackground(e *crashEnv, topic string, keys []string, seed uint64) func() *published {
 	var pub *published
 	var err error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pub, err = e.publish(context.Background(), topic, keys, crashCopyShare, rand.New(rand.NewPCG(seed, 1)))
+		pub, err = e.publish(context.Background(), topic, keys, crashCopyShare, crashPace, rand.New(rand.NewPCG(seed, 1)))
 	}()
 	return func() *published {
 		<-done
@@ -99,20 +101,21 @@ func TestCrashSafetyPostgres(t *testing.T) {
 		"--state", "file:" + filepath.Join(e.dir, "state.db"),
 		"--sink", pgURL, "--table", table,
 		"--metrics-addr", "", "--log-level", "warn"}}
+	count := func() int {
+		var c int
+		err := db.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&c)
+		if err != nil {
+			return -1 // the first run has not created the table yet
+		}
+		return c
+	}
 	start := time.Now()
 	wait := publishInBackground(e, "crash-in", keys, seed)
-	seeks := crashLoop(t, e, p, crashKills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)))
+	seeks := crashLoop(t, e, p, crashKills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)), count)
 	pub := wait()
 	t.Logf("published %d messages for %d keys (%d republished copies) in %v; %d kills, %d seeks back to the start, in %v",
 		pub.total, n, pub.total-n, pub.took.Round(time.Millisecond), crashKills, seeks, time.Since(start).Round(time.Millisecond))
 
-	count := func() int {
-		var c int
-		if err := db.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&c); err != nil {
-			t.Fatalf("count rows: %v", err)
-		}
-		return c
-	}
 	deadline := time.Now().Add(6 * time.Minute)
 	for c := count(); c < n; c = count() {
 		if time.Now().After(deadline) {
@@ -219,7 +222,11 @@ func TestCrashSafetyPubSub(t *testing.T) {
 		"--metrics-addr", "", "--log-level", "warn"}}
 	start := time.Now()
 	wait := publishInBackground(e, "crash-in", keys, seed)
-	seeks := crashLoop(t, e, p, crashKills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)))
+	seeks := crashLoop(t, e, p, crashKills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)), func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(outIDs)
+	})
 	lastKill := time.Now()
 	pub := wait()
 	t.Logf("published %d messages for %d keys (%d republished copies) in %v; %d kills, %d seeks back to the start, in %v",
