@@ -76,7 +76,8 @@ func TestUpConsoleBrowser(t *testing.T) {
 		t.Helper()
 		do("fill the form",
 			chromedp.SetValue(chromedp.CSS("#message"), message),
-			chromedp.SetValue(chromedp.CSS("#key"), key),
+			// SetValue reports an empty value as a failure.
+			chromedp.Evaluate[chromedp.Void](`document.getElementById("key").value = `+strconv.Quote(key)),
 			chromedp.SetValue(chromedp.CSS("#copies"), strconv.Itoa(copies)),
 			chromedp.Click(chromedp.CSS("#send")),
 		)
@@ -165,9 +166,13 @@ func TestUpConsoleBrowser(t *testing.T) {
 	if n := eval(`String(document.querySelectorAll("img").length)`); n != "0" {
 		t.Errorf("%s img elements on the page, want 0", n)
 	}
-	// Copies act out a publisher retry: one output, one more republish.
+	// No key: counted as missing, deduplicated by message ID, shown so.
+	publish("No key here", "", 1)
+	waitPage("the keyless message", counter("missing_key")+` === "1" && `+
+		`[...document.querySelectorAll("#rows tr")].some(tr => tr.querySelector("td.data").textContent === "No key here" && tr.querySelector("td.key").textContent === "none")`)
+	// Copies act out a publisher retry: one output, two more republishes.
 	publish("Message 6", "789", 3)
-	waitPage("three copies to collapse", counter("republish")+` === "6" && `+counter("emitted")+` === "4"`)
+	waitPage("three copies to collapse", counter("republish")+` === "6" && `+counter("emitted")+` === "5"`)
 	if n := dialogs.Load(); n != 0 {
 		t.Errorf("%d JavaScript dialogs opened, want none", n)
 	}

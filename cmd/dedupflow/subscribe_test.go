@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/pubsubio"
+)
+
+func TestSubscribe(t *testing.T) {
+	addr, stop, err := broker.NewTestServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := pubsubio.NewClient(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	topic := pubsubio.Name{Project: "p", Kind: "topics", ID: "topicFromDataflow"}
+	sub := pubsubio.Name{Project: "p", Kind: "subscriptions", ID: "topicFromDataflow.subscriptionFromDataflow"}
+	if err := pubsubio.EnsureTopic(ctx, c, topic); err != nil {
+		t.Fatal(err)
+	}
+	if err := pubsubio.EnsureSubscription(ctx, c, sub, topic, 10); err != nil {
+		t.Fatal(err)
+	}
+	pub := c.Publisher(topic.String())
+	defer pub.Stop()
+	publish := func(data string, attrs map[string]string) {
+		t.Helper()
+		if _, err := pub.Publish(ctx, &pubsub.Message{Data: []byte(data), Attributes: attrs}).Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subscribe := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr syncBuffer
+		all := append([]string{"subscribe", "--project", "p", "--subscription", sub.ID}, args...)
+		if err := run(ctx, all, &stdout, &stderr); err != nil {
+			t.Fatalf("subscribe %v: %v\n%s", args, err, &stderr)
+		}
+		return stdout.String()
+	}
+
+	// The Spring app's line; a payload cannot forge another line.
+	publish("Message 1", map[string]string{"key": "123"})
+	if got, want := subscribe("--count", "1"), "Received message: \"Message 1\".\n"; got != want {
+		t.Errorf("text: %q, want %q", got, want)
+	}
+	publish("two\nlines", nil)
+	if got, want := subscribe("--count", "1"), "Received message: \"two\\nlines\".\n"; got != want {
+		t.Errorf("text: %q, want %q", got, want)
+	}
+
+	publish("\xff\xfe", map[string]string{"key": "bin"})
+	var m map[string]any
+	if err := json.Unmarshal([]byte(subscribe("--json", "--count", "1")), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["data_base64"] != "//4=" || m["data"] != nil || m["message_id"] == "" || m["publish_time"] == "" ||
+		m["attributes"].(map[string]any)["key"] != "bin" {
+		t.Errorf("json of a binary payload: %v", m)
+	}
+}
+
+func TestSubscribeFlags(t *testing.T) {
+	t.Setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:1") // never reached
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "missing --subscription"},
+		{[]string{"--subscription", "s"}, "needs a project"},
+		{[]string{"--subscription", "projects/p/topics/t"}, "malformed"},
+		{[]string{"--subscription", "sub", "--project", "p", "--count", "-1"}, "--count"},
+	} {
+		var stdout, stderr syncBuffer
+		err := run(context.Background(), append([]string{"subscribe"}, tc.args...), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("subscribe %v: %v, want an error mentioning %q", tc.args, err, tc.want)
+		}
+	}
+}
