@@ -17,7 +17,7 @@ import (
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
-func collectPlan(t *testing.T, c loadPlanConfig) ([]plannedEvent, planTotals) {
+func lgCollectPlan(t *testing.T, c loadPlanConfig) ([]plannedEvent, planTotals) {
 	t.Helper()
 	p, err := newLoadPlan(c)
 	if err != nil {
@@ -41,7 +41,7 @@ func TestLoadPlanCounts(t *testing.T) {
 		{count: 1, dupCopies: 1, seed: 4},
 		{count: 10, dupRatio: 0.5, dupCopies: 1, missingRatio: 1, seed: 5},
 	} {
-		evs, tot := collectPlan(t, c)
+		evs, tot := lgCollectPlan(t, c)
 		var keyless, republished, copies, redeliver int
 		for i, e := range evs {
 			if e.seq != i {
@@ -79,13 +79,13 @@ func TestLoadPlanCounts(t *testing.T) {
 
 func TestLoadPlanSeed(t *testing.T) {
 	c := loadPlanConfig{count: 500, dupRatio: 0.3, dupCopies: 1, redeliverRatio: 0.1, missingRatio: 0.1, seed: 42}
-	a, _ := collectPlan(t, c)
-	b, _ := collectPlan(t, c)
+	a, _ := lgCollectPlan(t, c)
+	b, _ := lgCollectPlan(t, c)
 	if !reflect.DeepEqual(a, b) {
 		t.Error("one seed gave two plans")
 	}
 	c.seed = 43
-	d, _ := collectPlan(t, c)
+	d, _ := lgCollectPlan(t, c)
 	if reflect.DeepEqual(a, d) {
 		t.Error("seeds 42 and 43 gave the same plan")
 	}
@@ -122,7 +122,7 @@ func TestLoadPlanInvalid(t *testing.T) {
 // republished event has its copies under one key, and the summary says so.
 func TestLoadgenEndToEnd(t *testing.T) {
 	srv := pubServer(t, "load")
-	out, errOut, err := runCmd(t, "loadgen", "--project", "test-project", "--topic", "load", "--count", "300",
+	out, errOut, err := pubRun(t, "loadgen", "--project", "test-project", "--topic", "load", "--count", "300",
 		"--dup-ratio", "0.3", "--dup-copies", "2", "--redeliver-ratio", "0.1", "--missing-id-ratio", "0.1",
 		"--payload-size", "64", "--seed", "7", "--json", "--progress", "lines", "--timestamp-attribute", "ts")
 	if err != nil {
@@ -132,7 +132,7 @@ func TestLoadgenEndToEnd(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &s); err != nil {
 		t.Fatalf("summary %q: %v", out, err)
 	}
-	_, tot := collectPlan(t, loadPlanConfig{count: 300, dupRatio: 0.3, dupCopies: 2, redeliverRatio: 0.1, missingRatio: 0.1, seed: 7})
+	_, tot := lgCollectPlan(t, loadPlanConfig{count: 300, dupRatio: 0.3, dupCopies: 2, redeliverRatio: 0.1, missingRatio: 0.1, seed: 7})
 	want := loadSummary{Topic: "projects/test-project/topics/load", KeyAttribute: "event_id", Seed: 7, Complete: true,
 		Events: 300, Messages: int64(tot.Messages), Copies: int64(tot.Copies), RepublishedEvents: int64(tot.Republished),
 		KeyedEvents: 300 - int64(tot.Keyless), KeylessEvents: int64(tot.Keyless), RedeliverMarked: int64(tot.Redeliver),
@@ -199,7 +199,7 @@ func TestLoadgenEndToEnd(t *testing.T) {
 func TestLoadgenTextSummaryAndRate(t *testing.T) {
 	pubServer(t, "load")
 	start := time.Now()
-	out, _, err := runCmd(t, "loadgen", "--project", "test-project", "--topic", "load", "--count", "10",
+	out, _, err := pubRun(t, "loadgen", "--project", "test-project", "--topic", "load", "--count", "10",
 		"--rate", "50", "--progress", "off")
 	if err != nil {
 		t.Fatal(err)
@@ -231,12 +231,12 @@ func TestLoadgenBadFlags(t *testing.T) {
 		{[]string{"--count", "5", "--max-in-flight", "0"}, "--max-in-flight 0"},
 		{[]string{"--count", "5", "--key-attribute", ""}, "--key-attribute must not be empty"},
 	} {
-		_, _, err := runCmd(t, append(base, tc.args...)...)
+		_, _, err := pubRun(t, append(base, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error about %s", tc.args, err, tc.want)
 		}
 	}
-	if _, _, err := runCmd(t, "loadgen", "--count", "5"); err == nil || !strings.Contains(err.Error(), "missing --topic") {
+	if _, _, err := pubRun(t, "loadgen", "--count", "5"); err == nil || !strings.Contains(err.Error(), "missing --topic") {
 		t.Errorf("no topic: %v", err)
 	}
 }
@@ -245,7 +245,7 @@ func TestLoadgenBadFlags(t *testing.T) {
 // event, and the summary still says what got through.
 func TestLoadgenStopsOnError(t *testing.T) {
 	pubServer(t) // no topic: every publish is NotFound
-	out, _, err := runCmd(t, "loadgen", "--project", "test-project", "--topic", "missing", "--count", "50", "--progress", "off", "--json")
+	out, _, err := pubRun(t, "loadgen", "--project", "test-project", "--topic", "missing", "--count", "50", "--progress", "off", "--json")
 	if err == nil || !strings.Contains(err.Error(), "NotFound") || !strings.Contains(err.Error(), "event ") {
 		t.Fatalf("error %v, want NotFound naming the event", err)
 	}
@@ -258,7 +258,7 @@ func TestLoadgenStopsOnError(t *testing.T) {
 func TestLineProgressStops(t *testing.T) {
 	var mu sync.Mutex
 	var b bytes.Buffer
-	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return b.Write(p) })
+	w := lgWriterFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return b.Write(p) })
 	p := newLineProgress(w, 10, time.Millisecond)
 	p.add(4)
 	time.Sleep(20 * time.Millisecond)
@@ -273,9 +273,9 @@ func TestLineProgressStops(t *testing.T) {
 	}
 }
 
-type writerFunc func([]byte) (int, error)
+type lgWriterFunc func([]byte) (int, error)
 
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+func (f lgWriterFunc) Write(p []byte) (int, error) { return f(p) }
 
 // The same run against Google's official emulator, read back through a
 // subscription: what a pipeline would receive.
@@ -296,7 +296,7 @@ func TestLoadgenOfficialEmulator(t *testing.T) {
 	if err := pubsubio.EnsureSubscription(ctx, c, sub, topic, 60); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, err := runCmd(t, "loadgen", "--project", "test-project", "--topic", id, "--count", "100",
+	out, errOut, err := pubRun(t, "loadgen", "--project", "test-project", "--topic", id, "--count", "100",
 		"--dup-ratio", "0.2", "--missing-id-ratio", "0.1", "--seed", "9", "--json", "--progress", "off")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errOut)

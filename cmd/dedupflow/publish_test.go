@@ -30,18 +30,18 @@ func pubServer(t *testing.T, topics ...string) *pstest.Server {
 	return srv
 }
 
-func runCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
+func pubRun(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var o, e bytes.Buffer
 	err = run(context.Background(), args, &o, &e)
 	return o.String(), e.String(), err
 }
 
-var publishLine = regexp.MustCompile(`^message_id=(\S+) (\S+)=(\S+)( copy=\d+/\d+)?$`)
+var pubLine = regexp.MustCompile(`^message_id=(\S+) (\S+)=(\S+)( copy=\d+/\d+)?$`)
 
 func TestPublishCopiesShareOneKey(t *testing.T) {
 	srv := pubServer(t, "orders")
-	out, _, err := runCmd(t, "publish", "--project", "test-project", "--topic", "orders",
+	out, _, err := pubRun(t, "publish", "--project", "test-project", "--topic", "orders",
 		"--data", "hello", "--attr", "source=web", "--attr", "note=a=b", "--key", "order-123", "--copies", "3")
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestPublishGeneratedKeyFromFile(t *testing.T) {
 	if err := os.WriteFile(f, []byte(`{"n":1}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, _, err := runCmd(t, "publish", "--topic", "projects/test-project/topics/events", "--file", f,
+	out, _, err := pubRun(t, "publish", "--topic", "projects/test-project/topics/events", "--file", f,
 		"--copies", "2", "--key-attribute", "id", "--timestamp-attribute", "ts")
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestPublishGeneratedKeyFromFile(t *testing.T) {
 		t.Errorf("copies %v and %v: want one key and one event time", msgs[0].Attributes, msgs[1].Attributes)
 	}
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if m := publishLine.FindStringSubmatch(l); m == nil || m[2] != "id" || m[3] != key {
+		if m := pubLine.FindStringSubmatch(l); m == nil || m[2] != "id" || m[3] != key {
 			t.Errorf("line %q", l)
 		}
 	}
@@ -123,13 +123,13 @@ func TestPublishBadInput(t *testing.T) {
 		{"positional", []string{"--data", "x", "extra"}, `unexpected argument "extra"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := runCmd(t, append(base, tc.args...)...)
+			_, _, err := pubRun(t, append(base, tc.args...)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one saying %q", err, tc.want)
 			}
 		})
 	}
-	if _, _, err := runCmd(t, "publish", "--data", "x"); err == nil || !strings.Contains(err.Error(), "missing --topic") {
+	if _, _, err := pubRun(t, "publish", "--data", "x"); err == nil || !strings.Contains(err.Error(), "missing --topic") {
 		t.Errorf("no topic: %v", err)
 	}
 	if n := len(srv.Messages()); n != 0 {
