@@ -118,7 +118,15 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 		return fmt.Errorf("--console-addr %s: %w", u.consoleAddr, err)
 	}
 	defer ln.Close() // for the early returns; Serve closes it otherwise
+	// Neither the broker nor the console asks who is calling: say so when
+	// they are reachable from beyond this machine.
+	for what, a := range map[string]net.Addr{"broker": tcpAddr(brokerAddr), "console": ln.Addr()} {
+		if ta, ok := a.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+			log.Warn("listening beyond loopback, without authentication: anyone who can reach it can publish", "component", what, "addr", a.String())
+		}
+	}
 
+	brokerAddr = dialable(brokerAddr)
 	c, err := pubsubio.NewClient(ctx, u.job.project, pubsubio.Insecure(brokerAddr)...)
 	if err != nil {
 		return err
@@ -164,7 +172,7 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 		errMu      sync.Mutex
 		firstErr   error
 		banner     sync.Once
-		consoleURL = "http://" + ln.Addr().String()
+		consoleURL = "http://" + dialable(ln.Addr().String())
 	)
 	fail := func(e error) {
 		errMu.Lock()
@@ -256,4 +264,26 @@ func printBanner(w io.Writer, consoleURL, brokerAddr, project string) {
 
 Press Ctrl-C to stop.
 `, upInputTopic, upOutputTopic, consoleURL, brokerAddr, project, brokerAddr, brokerAddr, project, upConsumerSub)
+}
+
+// dialable turns a listening address into one a local client can dial:
+// a wildcard host (0.0.0.0, ::) becomes 127.0.0.1.
+func dialable(hostport string) string {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", port)
+	}
+	return hostport
+}
+
+// tcpAddr parses a host:port that Listen returned.
+func tcpAddr(hostport string) net.Addr {
+	a, err := net.ResolveTCPAddr("tcp", hostport)
+	if err != nil {
+		return nil
+	}
+	return a
 }
