@@ -68,14 +68,15 @@ type Options struct {
 // Console serves the web console. It serves once: Serve releases what New
 // acquired.
 type Console struct {
-	o       Options
-	log     *slog.Logger
-	now     func() time.Time
-	token   string // CSRF token, embedded in the page
-	pub     *pubsub.Publisher
-	feed    *feed
-	subs    *submissions
-	handler http.Handler
+	o        Options
+	log      *slog.Logger
+	now      func() time.Time
+	token    string // CSRF token, embedded in the page
+	instance string // tells this run's live-view event IDs from a previous run's
+	pub      *pubsub.Publisher
+	feed     *feed
+	subs     *submissions
+	handler  http.Handler
 	// closing ends the live-view streams when Serve stops, even for a
 	// handler mounted on someone else's server.
 	closing   chan struct{}
@@ -115,12 +116,12 @@ func New(o Options) (*Console, error) {
 	if o.Counts == nil {
 		o.Counts = func() pipeline.Counts { return pipeline.Counts{} }
 	}
-	var b [32]byte
+	var b [40]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("console: make CSRF token: %w", err)
 	}
 	c := &Console{
-		o: o, log: o.Logger, now: o.Now, token: hex.EncodeToString(b[:]),
+		o: o, log: o.Logger, now: o.Now, token: hex.EncodeToString(b[:32]), instance: hex.EncodeToString(b[32:]),
 		feed: newFeed(maxRows), subs: newSubmissions(maxSubmissions),
 		closing: make(chan struct{}),
 	}

@@ -243,3 +243,26 @@ func TestServe(t *testing.T) {
 		t.Fatal("event stream still open after Serve returned")
 	}
 }
+
+// TestEventsReset: a page that reconnects with an event ID of another run
+// is told to reload; one of this run resumes after it.
+func TestEventsReset(t *testing.T) {
+	con, _ := newTest(t)
+	con.feed.add(Row{Data: "a"})
+	con.feed.add(Row{Data: "b"})
+	for _, tc := range []struct{ last, want, not string }{
+		{"old.1", "event: reset", "event: row"},
+		{"garbage", "event: reset", "event: row"},
+		{con.instance + ".1", `"data":"b"`, `"data":"a"`},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		r := httptest.NewRequestWithContext(ctx, "GET", "http://127.0.0.1:8080/api/events", nil)
+		r.Header.Set("Last-Event-ID", tc.last)
+		w := httptest.NewRecorder()
+		con.Handler().ServeHTTP(w, r) // returns on reset, or when ctx ends
+		cancel()
+		if body := w.Body.String(); !strings.Contains(body, tc.want) || strings.Contains(body, tc.not) {
+			t.Errorf("Last-Event-ID %s: %q; want %q and no %q", tc.last, body, tc.want, tc.not)
+		}
+	}
+}

@@ -262,8 +262,18 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	var last uint64
+	// Event IDs are instance.seq: a page that reconnects to a restarted
+	// console (new rows, new token) is told to reload instead of resuming
+	// at a sequence number that now means something else.
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
-		last, _ = strconv.ParseUint(v, 10, 64)
+		inst, seq, _ := strings.Cut(v, ".")
+		n, err := strconv.ParseUint(seq, 10, 64)
+		if inst != c.instance || err != nil {
+			fmt.Fprint(w, "event: reset\ndata: {}\n\n")
+			_ = rc.Flush()
+			return
+		}
+		last = n
 	}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -275,7 +285,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 		rows, changed := c.feed.since(last)
 		for _, row := range rows {
 			b, _ := json.Marshal(row)
-			if _, err := fmt.Fprintf(w, "id: %d\nevent: row\ndata: %s\n\n", row.Seq, b); err != nil {
+			if _, err := fmt.Fprintf(w, "id: %s.%d\nevent: row\ndata: %s\n\n", c.instance, row.Seq, b); err != nil {
 				return
 			}
 			last = row.Seq

@@ -148,4 +148,6 @@
   es.addEventListener("error", () => { conn.textContent = "Disconnected, retrying…"; conn.className = "conn bad"; });
   es.addEventListener("row", (ev) => addRow(JSON.parse(ev.data)));
   es.addEventListener("counts", (ev) => setCounts(JSON.parse(ev.data)));
+  // The console restarted: its rows and page token are new.
+  es.addEventListener("reset", () => { es.close(); location.reload(); });
 })();
