@@ -306,9 +306,27 @@ func TestExactlyOnceExpiredAck(t *testing.T) {
 			m.Ack() // the redelivery after the expiry
 			return
 		}
-		time.Sleep(300 * time.Millisecond) // let the receipt modack land first
-		tg.clock.Advance(11 * time.Minute)
-		time.Sleep(300 * time.Millisecond) // the broker's timer expires the lease
+		// Move the clock until the broker has expired this delivery (a
+		// receipt modack that lands late would extend it once more).
+		expired := func() bool {
+			b := tg.ours
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			for _, l := range b.subs[sub.Name].leases {
+				if l.it.m.id() == m.ID && l.it.attempts == 1 {
+					return false
+				}
+			}
+			return true
+		}
+		for i := 0; !expired(); i++ {
+			if i == 100 {
+				t.Error("the lease never expired")
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+			tg.clock.Advance(11 * time.Minute)
+		}
 		st, ackErr = m.AckWithResult().Get(ctx)
 		cancel()
 	})

@@ -134,9 +134,18 @@ func TestDeliveryDoesNotScanBacklog(t *testing.T) {
 		}
 		return time.Since(start)
 	}
-	small, large := timePulls(2000), timePulls(100_000)
+	// The best of three runs each, so that a busy machine does not decide;
+	// a scan per pull would make the large backlog about 50 times slower.
+	best := func(backlog int) time.Duration {
+		d := timePulls(backlog)
+		for range 2 {
+			d = min(d, timePulls(backlog))
+		}
+		return d
+	}
+	small, large := best(2000), best(100_000)
 	t.Logf("2000 pull+ack: %v with a backlog of 2k, %v with 100k", small, large)
-	if large > 5*small+50*time.Millisecond {
+	if large > 10*small+50*time.Millisecond {
 		t.Errorf("delivery slows down with the backlog: %v vs %v", large, small)
 	}
 }
