@@ -33,6 +33,7 @@ func BenchmarkFilter(b *testing.B) {
 	}
 	hits := 0
 	b.ResetTimer()
+	done := cpuPerOp(b)
 	for i := 0; i < b.N; i++ {
 		k := keyN(uint64(capacity + i))
 		if f.Contains(k, at) {
@@ -42,6 +43,7 @@ func BenchmarkFilter(b *testing.B) {
 		at = at.Add(step)
 	}
 	b.StopTimer()
+	done()
 	st := f.Stats()
 	b.ReportMetric(float64(heap)/(1<<20), "MiB-heap")
 	b.ReportMetric(float64(st.Bytes)/(1<<20), "MiB-filter")

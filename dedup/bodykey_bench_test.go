@@ -46,10 +46,12 @@ func BenchmarkDeriveBody(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.data)))
 			b.ReportAllocs()
+			done := cpuPerOp(b)
 			for b.Loop() {
 				key, _, _, _ := c.rule.DeriveBody(attrs, c.data, "m1")
 				_ = KeyOf(key)
 			}
+			done()
 		})
 	}
 }
