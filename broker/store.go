@@ -47,7 +47,7 @@ func (b *Broker) openStore() error {
 			return err
 		}
 	}
-	b.wal = newWAL(nil, 0, b.opts.NoSync)
+	b.wal = newWAL(nil, 0, b.opts.NoSync, b.log)
 	if err := b.compactLocked(); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"os"
 	"sync"
 )
@@ -31,6 +32,7 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // ends replay there and is truncated away.
 type wal struct {
 	noSync bool
+	log    *slog.Logger
 
 	mu       sync.Mutex
 	buf      []byte // appended, not yet handed to the writer
@@ -55,9 +57,9 @@ type wal struct {
 	compact   chan struct{}
 }
 
-func newWAL(f *os.File, size int64, noSync bool) *wal {
+func newWAL(f *os.File, size int64, noSync bool, log *slog.Logger) *wal {
 	return &wal{
-		noSync: noSync, f: f, size: size, compactAt: minCompactSize,
+		noSync: noSync, log: log, f: f, size: size, compactAt: minCompactSize,
 		done: make(chan struct{}), kick: make(chan struct{}, 1), compact: make(chan struct{}, 1),
 	}
 }
@@ -137,7 +139,11 @@ func (w *wal) run() {
 
 		w.mu.Lock()
 		if err != nil && w.err == nil {
+			// Sticky: after a failed write or fsync nothing later can be
+			// promised durable, so every later wait fails (clients see
+			// Unavailable) until the broker is restarted.
 			w.err = fmt.Errorf("broker: write log: %w", err)
+			w.log.Error("log write failed; publishes are refused as not durable until restart", "err", err)
 		}
 		if err == nil && target > w.durable {
 			w.durable = target
