@@ -1,0 +1,296 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/dedupflow/dedupflow/pubsubio"
+)
+
+const benchProject = "bench-project"
+
+// runEnv is what a consumer under test is told: where the broker is and
+// which subscription to read and topic to write.
+type runEnv struct {
+	brokerAddr string
+	inSub      pubsubio.Name
+	outTopic   pubsubio.Name
+	dir        string // scratch space of this run
+	horizon    time.Duration
+}
+
+// consumer is one dedup contender run as a child process against the
+// broker, so ours and Bento are treated alike: a black box that reads a
+// subscription and writes a topic.
+type consumer struct {
+	name  string
+	start func(ctx context.Context, env runEnv) (*child, error)
+	// stats, if set, reads the consumer's own counters after it stopped.
+	stats func(c *child) string
+}
+
+// pipeSample is one measured run.
+type pipeSample struct {
+	messagesIn int // published messages + injected redeliveries
+	injected   int
+	elapsed    time.Duration
+	rate       float64 // messagesIn per second
+	emitted    int
+	stats      string
+}
+
+// correctnessError is a leaked duplicate or a lost message: the benchmark
+// fails on it, whatever the speed.
+type correctnessError struct{ msg string }
+
+func (e *correctnessError) Error() string { return e.msg }
+
+// collector counts the outputs per key.
+type collector struct {
+	mu      sync.Mutex
+	seen    map[string]int
+	unknown int
+	last    time.Time
+}
+
+func (c *collector) add(m *pubsub.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k, ok := m.Attributes[attrKey]
+	if !ok {
+		c.unknown++
+	} else {
+		c.seen[k]++
+	}
+	c.last = time.Now()
+}
+
+func (c *collector) unique() (int, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seen), c.last
+}
+
+// measurePipeline runs one consumer over one workload on a fresh broker:
+// the workload is published first, then the consumer is started and timed
+// from the first delivery to the moment every input message is acked and
+// every event is in the output. A quiet period afterwards catches late
+// duplicates; then every key must have come out exactly once.
+func measurePipeline(ctx context.Context, c consumer, wl workload, dir string, timeout, quiet time.Duration) (pipeSample, error) {
+	r, err := startRig()
+	if err != nil {
+		return pipeSample{}, err
+	}
+	defer r.close()
+	cl, err := pubsubio.NewClient(ctx, benchProject, pubsubio.Insecure(r.addr)...)
+	if err != nil {
+		return pipeSample{}, err
+	}
+	defer cl.Close()
+	name := func(kind, id string) pubsubio.Name { return pubsubio.Name{Project: benchProject, Kind: kind, ID: id} }
+	env := runEnv{brokerAddr: r.addr, inSub: name("subscriptions", "input-sub"), outTopic: name("topics", "output"),
+		dir: dir, horizon: 10 * time.Minute}
+	in, outSub := name("topics", "input"), name("subscriptions", "output-sub")
+	for _, t := range []pubsubio.Name{in, env.outTopic} {
+		if err := pubsubio.EnsureTopic(ctx, cl, t); err != nil {
+			return pipeSample{}, err
+		}
+	}
+	if err := pubsubio.EnsureSubscription(ctx, cl, env.inSub, in, 60); err != nil {
+		return pipeSample{}, err
+	}
+	if err := pubsubio.EnsureSubscription(ctx, cl, outSub, env.outTopic, 60); err != nil {
+		return pipeSample{}, err
+	}
+	msgs := wl.plan()
+	total, _, _ := counts(msgs)
+	if err := wl.publish(ctx, cl, in.String(), msgs); err != nil {
+		return pipeSample{}, err
+	}
+	msgs = nil
+	r.inj.watch(env.inSub.String())
+
+	col := &collector{seen: make(map[string]int, wl.events)}
+	rctx, stopRecv := context.WithCancel(ctx)
+	defer stopRecv()
+	recvDone := make(chan error, 1)
+	sub := cl.Subscriber(outSub.String())
+	sub.ReceiveSettings.NumGoroutines = 2
+	sub.ReceiveSettings.MaxOutstandingMessages = 10_000
+	go func() {
+		recvDone <- sub.Receive(rctx, func(_ context.Context, m *pubsub.Message) { col.add(m); m.Ack() })
+	}()
+	stopCollector := func() error {
+		stopRecv()
+		if err := <-recvDone; err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("receive outputs: %w", err)
+		}
+		return nil
+	}
+
+	ch, err := c.start(ctx, env)
+	if err != nil {
+		return pipeSample{}, errors.Join(err, stopCollector())
+	}
+	defer ch.kill()
+
+	deadline := time.Now().Add(timeout)
+	var first, end time.Time
+	for {
+		acked, f, lastAck := r.inj.progress()
+		uniq, lastOut := col.unique()
+		if acked >= total && uniq >= wl.events {
+			first, end = f, lastAck
+			if lastOut.After(end) {
+				end = lastOut
+			}
+			break
+		}
+		if done, werr := ch.exited(); done {
+			return pipeSample{}, errors.Join(fmt.Errorf("%s exited while running: %v (log: %s)", c.name, werr, ch.tail()), stopCollector())
+		}
+		if time.Now().After(deadline) {
+			ch.kill()
+			return pipeSample{}, errors.Join(&correctnessError{fmt.Sprintf(
+				"%s: after %v, %d of %d input messages acked and %d of %d events in the output (lost or stuck)",
+				c.name, timeout, acked, total, uniq, wl.events)}, stopCollector())
+		}
+		select {
+		case <-ctx.Done():
+			return pipeSample{}, errors.Join(ctx.Err(), stopCollector())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Late copies of keys already emitted would arrive now.
+	select {
+	case <-ctx.Done():
+		return pipeSample{}, errors.Join(ctx.Err(), stopCollector())
+	case <-time.After(quiet):
+	}
+	stopErr := ch.stop(20 * time.Second)
+	time.Sleep(200 * time.Millisecond) // outputs flushed on shutdown
+	if err := errors.Join(stopErr, stopCollector()); err != nil {
+		return pipeSample{}, err
+	}
+
+	s := pipeSample{injected: int(r.inj.injected.Load()), elapsed: end.Sub(first)}
+	s.messagesIn = total + s.injected
+	s.rate = float64(s.messagesIn) / s.elapsed.Seconds()
+	var leaked, lost []string
+	for e := 0; e < wl.events; e++ {
+		switch n := col.seen[wl.key(e)]; {
+		case n == 0:
+			lost = append(lost, wl.key(e))
+		case n > 1:
+			leaked = append(leaked, fmt.Sprintf("%s×%d", wl.key(e), n))
+		}
+		s.emitted += col.seen[wl.key(e)]
+	}
+	if c.stats != nil {
+		s.stats = c.stats(ch)
+	}
+	if len(leaked) > 0 || len(lost) > 0 || col.unknown > 0 || len(col.seen) != wl.events {
+		return s, &correctnessError{fmt.Sprintf("%s: %d duplicates leaked %v, %d events lost %v, %d outputs without a key, %d distinct keys for %d events",
+			c.name, len(leaked), firstFew(leaked), len(lost), firstFew(lost), col.unknown, len(col.seen), wl.events)}
+	}
+	return s, nil
+}
+
+func firstFew(s []string) []string {
+	if len(s) > 5 {
+		return append(s[:5:5], "…")
+	}
+	return s
+}
+
+// dedupflowConsumer runs `dedupflow pipeline` with the given --state.
+func dedupflowConsumer(bin, label string, state func(env runEnv) string) consumer {
+	return consumer{
+		name: "dedupflow pipeline (" + label + ")",
+		start: func(ctx context.Context, env runEnv) (*child, error) {
+			return startChild("dedupflow-"+label, filepath.Join(env.dir, "dedupflow-"+label+".log"), env.dir,
+				[]string{"PUBSUB_EMULATOR_HOST=" + env.brokerAddr}, bin, "pipeline",
+				"--project", benchProject, "--input-subscription", env.inSub.ID, "--output-topic", env.outTopic.ID,
+				"--id-attribute", attrKey, "--horizon", env.horizon.String(), "--state", state(env),
+				"--metrics-addr", "", "--log-format", "json", "--log-level", "info")
+		},
+		stats: dedupflowStats,
+	}
+}
+
+// dedupflowStats reads the pipeline's own counters from its last log line,
+// to show that it told the two kinds of duplicates apart.
+func dedupflowStats(c *child) string {
+	f, err := os.Open(c.logPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var last map[string]any
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "pipeline stopped" {
+			last = m
+		}
+	}
+	if last == nil {
+		return ""
+	}
+	return fmt.Sprintf("received %v, emitted %v, redeliveries %v, republishes %v",
+		last["received"], last["emitted"], last["redeliveries"], last["republishes"])
+}
+
+// bentoConsumer runs Bento: gcp_pubsub input -> dedupe (memory cache,
+// the same TTL as our horizon) -> gcp_pubsub output, all defaults
+// otherwise (1000 outstanding messages, as our pipeline).
+func bentoConsumer(bin string) consumer {
+	return consumer{
+		name: "Bento dedupe (memory cache)",
+		start: func(ctx context.Context, env runEnv) (*child, error) {
+			cfg := fmt.Sprintf(`http:
+  enabled: false
+logger:
+  level: WARN
+metrics:
+  none: {}
+input:
+  gcp_pubsub:
+    project: %q
+    subscription: %q
+pipeline:
+  processors:
+    - dedupe:
+        cache: keys
+        key: '${! @%s }'
+output:
+  gcp_pubsub:
+    project: %q
+    topic: %q
+cache_resources:
+  - label: keys
+    memory:
+      default_ttl: %s
+`, benchProject, env.inSub.ID, attrKey, benchProject, env.outTopic.ID, env.horizon)
+			path := filepath.Join(env.dir, "bento.yaml")
+			if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+				return nil, fmt.Errorf("write bento config: %w", err)
+			}
+			return startChild("bento", filepath.Join(env.dir, "bento.log"), env.dir,
+				[]string{"PUBSUB_EMULATOR_HOST=" + env.brokerAddr}, bin, "-c", path)
+		},
+	}
+}
+
+// label names a dup ratio the way the report does.
+func ratioLabel(r float64) string { return fmt.Sprintf("%.0f%% copies", r*100) }

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// row is one line of a report table: one contender in one group (a
+// workload variant), with one value per run.
+type row struct {
+	section string
+	group   string // e.g. "30% copies", "publish", "10M live keys"
+	name    string
+	ours    bool
+	peer    string // name of the row in the same group the ratio is taken against
+	count   string
+	unit    string
+	values  []float64
+	fixed   string // a documented figure shown instead of measurements
+	note    string
+}
+
+func (r row) median() float64 {
+	if len(r.values) == 0 {
+		return math.NaN()
+	}
+	v := append([]float64(nil), r.values...)
+	sort.Float64s(v)
+	if n := len(v); n%2 == 1 {
+		return v[n/2]
+	} else {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+}
+
+func (e *env) add(r row) {
+	e.rows = append(e.rows, r)
+	e.logf("%-9s %-14s %-44s median %s %s over %d run(s) %v", r.section, r.group, r.name, num(r.median()), r.unit, len(r.values), r.values)
+}
+
+// find returns the row named name in section/group.
+func (e *env) find(section, group, name string) (row, bool) {
+	for _, r := range e.rows {
+		if r.section == section && r.group == group && r.name == name {
+			return r, true
+		}
+	}
+	return row{}, false
+}
+
+// ratio is this row's median over its peer's, or "" without a peer.
+func (e *env) ratio(r row) string {
+	if r.peer == "" || len(r.values) == 0 {
+		return ""
+	}
+	p, ok := e.find(r.section, r.group, r.peer)
+	if !ok || len(p.values) == 0 || p.median() == 0 {
+		return "— (" + r.peer + " not measured)"
+	}
+	return fmt.Sprintf("%.2f× %s", r.median()/p.median(), r.peer)
+}
+
+// num formats a value: thousands separated above 1000, one decimal below.
+func num(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "—"
+	case math.Abs(v) >= 1000:
+		s := strconv.FormatInt(int64(math.Round(v)), 10)
+		var b strings.Builder
+		for i, c := range s {
+			if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+				b.WriteByte(',')
+			}
+			b.WriteRune(c)
+		}
+		return b.String()
+	default:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+}
+
+type sectionText struct{ key, title, method string }
+
+var sectionsText = []sectionText{
+	{"broker", "1. Broker: dedupflow broker vs Google's emulator vs pstest",
+		"`BenchmarkEndToEnd` of `broker/bench_test.go`, run by the bench with `go test`: the official Go client " +
+			"(`cloud.google.com/go/pubsub/v2`) publishes 100-byte messages with two attributes (batches of up to 1000, 16 " +
+			"goroutines), then receives them with streaming pull and acks them. pstest gets fewer messages: its streaming " +
+			"pull hands out about one message per stream per 10 ms tick. Ratios: this row ÷ the named row."},
+	{"pipeline", "2–4. Dedup pipelines: dedupflow vs Bento vs NATS JetStream",
+		"Each run starts a fresh in-memory dedupflow broker in the bench process and publishes the whole workload to the " +
+			"input topic first: N logical events with a key attribute and a ~100-byte payload; a share of them (the group) is " +
+			"published a second time as a new message with the same key, a little later in the stream (up to 2,000 messages " +
+			"later), as a retrying publisher does; 2% of events lose their first ack (a gRPC interceptor in the bench's broker " +
+			"turns that ack into a nack, so the same message ID comes back — a redelivery, injected identically for every " +
+			"consumer). Then the consumer is started as a child process (`dedupflow pipeline` built from this tree, or Bento " +
+			"with `gcp_pubsub` → `dedupe` on a memory cache with the same 10-minute TTL → `gcp_pubsub`), and timed from the " +
+			"first delivery until every input message is acked and every event is in the output topic. *Messages in* counts " +
+			"published messages plus injected redeliveries. After a quiet period the consumer is stopped and every key must " +
+			"be in the output exactly once, or the run fails. NATS JetStream is measured differently, because its dedup is on " +
+			"the publish side: an embedded server (in process, memory storage, duplicate window 10 minutes), the same events " +
+			"and copies published asynchronously with `Nats-Msg-Id` = key (redeliveries do not apply), and the stream must " +
+			"hold exactly one message per event. Ratios: this row ÷ the named row."},
+	{"memory", "5. Memory per live key",
+		"`BenchmarkClaimCommit` of `store/mem/bench_test.go`, run by the bench: a steady state with exactly N keys inside " +
+			"the horizon (every insert matched by an expiry), heap measured after GC; the bare map does the same with " +
+			"`map[[16]byte]struct{}`. Redis: keys claimed and committed through `store/redis` (and, for the hand-rolled " +
+			"peer, `SET key value NX PX`), `used_memory` growth ÷ keys. NATS: the figure its documentation gives for a " +
+			"dedup-window entry, not measured here."},
+	{"redis", "6. Redis store vs a hand-rolled go-redis SET NX PX",
+		"`BenchmarkClaim` of `store/redis/bench_test.go`, run by the bench against its own redis-server: a claim of a new " +
+			"key through the store from 1000 goroutines, vs `SET NX PX` in go-redis pipelines of 500 (four in flight) and " +
+			"one by one from 1000 goroutines. Ratios: this row ÷ the named row."},
+}
+
+// writeOutputs writes the report and the plots, where asked.
+func (e *env) writeOutputs() error {
+	if e.cfg.plots != "" {
+		if err := e.writePlots(e.cfg.plots); err != nil {
+			return err
+		}
+	}
+	if e.cfg.out == "" {
+		e.printSummary()
+		return nil
+	}
+	if err := os.WriteFile(e.cfg.out, []byte(e.markdown()), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	e.logf("wrote %s", e.cfg.out)
+	return nil
+}
+
+// printSummary is the quick mode's output: the medians, on stdout.
+func (e *env) printSummary() {
+	for _, r := range e.rows {
+		fmt.Fprintf(e.stdout, "%-9s %-14s %-46s %12s %-13s %s\n", r.section, r.group, r.name, num(r.median()), r.unit, e.ratio(r))
+	}
+	for _, a := range e.absent {
+		fmt.Fprintf(e.stdout, "absent: %s\n", a)
+	}
+}
+
+func (e *env) markdown() string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	w("# Benchmarks\n\n")
+	w("Produced by `go run ./bench %s` on %s. Every number is the median of %d runs unless a row says otherwise; "+
+		"every contender ran in the same invocation, interleaved run by run.\n\n",
+		strings.Join(benchArgs(e.cfg), " "), time.Now().UTC().Format("2006-01-02 15:04 UTC"), e.cfg.runs)
+	w("**Machine:** %s.  \n", e.machine)
+	w("**Load:** before the run `%s`; after it `%s`. ", e.loadBefore, e.loadAfter)
+	w("The machine is shared with other engineers' test runs, so absolute numbers are noisy; the ratios between " +
+		"contenders measured side by side in the same run are the more stable result.\n\n")
+	if len(e.failures) > 0 {
+		w("## FAILED\n\n")
+		for _, f := range e.failures {
+			w("- %s\n", f)
+		}
+		w("\n")
+	}
+	if len(e.absent) > 0 {
+		w("## Not measured\n\n")
+		for _, a := range e.absent {
+			w("- %s\n", a)
+		}
+		w("\n")
+	}
+	w("## Targets\n\n%s\n", e.targets())
+	for _, s := range sectionsText {
+		rows := e.sectionRows(s.key)
+		if len(rows) == 0 {
+			continue
+		}
+		w("## %s\n\n%s\n\n", s.title, s.method)
+		w("| contender | workload | counts | median | runs | ratio | machine |\n|---|---|---|---:|---|---|---|\n")
+		for _, r := range rows {
+			med := num(r.median()) + " " + r.unit
+			if r.fixed != "" {
+				med = r.fixed
+			}
+			name := r.name
+			if r.ours {
+				name = "**" + name + "**"
+			}
+			runs := make([]string, len(r.values))
+			for i, v := range r.values {
+				runs[i] = num(v)
+			}
+			cnt := r.count
+			if r.note != "" {
+				cnt += "; " + r.note
+			}
+			w("| %s | %s | %s | %s | %s | %s | %s |\n", name, r.group, cnt, med, strings.Join(runs, " / "), e.ratio(r), e.machine.short())
+		}
+		if p := e.plotRef(s.key); p != "" {
+			w("\n![%s](%s)\n", s.title, p)
+		}
+		w("\n")
+	}
+	return b.String()
+}
+
+func (e *env) sectionRows(section string) []row {
+	var out []row
+	for _, r := range e.rows {
+		if r.section == section {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// plotRef is the link from the report to a section's plot, if written.
+func (e *env) plotRef(section string) string {
+	if e.cfg.plots == "" {
+		return ""
+	}
+	p := filepath.Join(e.cfg.plots, section+".png")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	if rel, err := filepath.Rel(filepath.Dir(e.cfg.out), p); err == nil {
+		p = rel
+	}
+	return filepath.ToSlash(p)
+}
+
+// benchArgs is the command line the report was made with, for the reader
+// to repeat it.
+func benchArgs(c config) []string {
+	var a []string
+	if c.quick {
+		a = append(a, "--quick")
+	}
+	a = append(a, "--runs", strconv.Itoa(c.runs), "--events", strconv.Itoa(c.events))
+	if c.bento != "" {
+		a = append(a, "--bento", c.bento)
+	}
+	if c.out != "" {
+		a = append(a, "--out", c.out)
+	}
+	return a
+}
+
+// targets checks the two goals the issue sets.
+func (e *env) targets() string {
+	var b strings.Builder
+	b.WriteString("| target | measured | met |\n|---|---|---|\n")
+	verdict := func(ok bool) string {
+		if ok {
+			return "yes"
+		}
+		return "**no**"
+	}
+	g := ratioLabel(0.3)
+	mem, okM := e.find("pipeline", g, nameMem)
+	bento, okB := e.find("pipeline", g, nameBento)
+	switch {
+	case okM && okB && len(bento.values) > 0:
+		x := mem.median() / bento.median()
+		fmt.Fprintf(&b, "| pipeline, 30%% copies: ≥ 2× the peer's (Bento's) messages/s on the same broker | %s vs %s msg/s = %.2f× | %s |\n",
+			num(mem.median()), num(bento.median()), x, verdict(x >= 2))
+	default:
+		b.WriteString("| pipeline, 30% copies: ≥ 2× the peer's (Bento's) messages/s on the same broker | not measured (Bento absent or the pipeline section not run) | — |\n")
+	}
+	if m, ok := e.find("memory", "10M live keys", nameMemStore); ok {
+		fmt.Fprintf(&b, "| memory store: ≤ 32 B per live key at 10M keys | %.1f B | %s |\n", m.median(), verdict(m.median() <= 32))
+	} else {
+		b.WriteString("| memory store: ≤ 32 B per live key at 10M keys | not measured (quick mode measures 1M only) | — |\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// benchBroker runs broker/bench_test.go's BenchmarkEndToEnd against our
+// broker, pstest and, when installed, Google's emulator, which the bench
+// starts itself and stops afterwards.
+func (e *env) benchBroker(ctx context.Context) error {
+	n, emuN, psN := 200_000, 50_000, 2_000
+	if e.cfg.quick {
+		n, emuN, psN = 2_000, 500, 100
+	}
+	vars := []string{fmt.Sprintf("BROKER_BENCH_N=%d", n), fmt.Sprintf("BROKER_BENCH_EMULATOR_N=%d", emuN),
+		fmt.Sprintf("BROKER_BENCH_PSTEST_N=%d", psN)}
+	subs := []string{"ours-memory", "pstest"}
+	if _, err := os.Stat(e.cfg.emulator); err != nil {
+		e.markAbsent(fmt.Sprintf("Google's Pub/Sub emulator: %s not found (Debian: apt-get install google-cloud-cli-pubsub-emulator openjdk-17-jre-headless); the broker was compared with pstest only", e.cfg.emulator))
+	} else {
+		addr, stop, err := e.startEmulator(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		vars = append(vars, "DEDUPFLOW_EMULATOR_HOST="+addr)
+		subs = append(subs, "emulator")
+	}
+	lines, err := goBench(ctx, e, "broker", "./broker", "^BenchmarkEndToEnd$/^("+strings.Join(subs, "|")+")$", "1x", e.cfg.runs, vars)
+	if err != nil {
+		return err
+	}
+	const ours = "dedupflow broker (in memory)"
+	names := map[string]string{"ours-memory": ours, "emulator": "Google Pub/Sub emulator", "pstest": "pstest (in process)"}
+	sizes := map[string]int{"ours-memory": n, "emulator": emuN, "pstest": psN}
+	for _, m := range []struct{ unit, group string }{{"pub-msg/s", "publish"}, {"recv-msg/s", "streaming pull + ack"}} {
+		for _, s := range subs {
+			r := row{section: "broker", group: m.group, name: names[s], ours: s == "ours-memory",
+				count: fmt.Sprintf("%s messages of 100 B + 2 attributes", num(float64(sizes[s]))), unit: "msg/s",
+				values: metricRuns(lines, "BenchmarkEndToEnd/"+s, m.unit)}
+			switch {
+			case r.ours && contains(subs, "emulator"):
+				r.peer = names["emulator"]
+			case r.ours:
+				r.peer = names["pstest"]
+			default:
+				r.peer = ours
+			}
+			if len(r.values) == 0 {
+				e.fail(fmt.Errorf("broker: no %s result for %s", m.unit, s))
+				continue
+			}
+			e.add(r)
+		}
+	}
+	return nil
+}
+
+func (e *env) startEmulator(ctx context.Context) (addr string, stop func(), err error) {
+	port, err := freePort()
+	if err != nil {
+		return "", nil, err
+	}
+	ch, err := startChild("pubsub emulator", filepath.Join(e.tmp, "emulator.log"), e.tmp, nil, e.cfg.emulator,
+		"--host=127.0.0.1", fmt.Sprintf("--port=%d", port))
+	if err != nil {
+		return "", nil, err
+	}
+	addr = fmt.Sprintf("127.0.0.1:%d", port)
+	if err := waitPort(ctx, ch, addr, 90*time.Second); err != nil {
+		ch.kill()
+		return "", nil, err
+	}
+	e.logf("pubsub emulator on %s", addr)
+	return addr, func() { _ = ch.stop(10 * time.Second) }, nil
+}
+
+// Names of the pipeline rows.
+const (
+	nameMem   = "dedupflow pipeline (mem store)"
+	nameDisk  = "dedupflow pipeline (disk store)"
+	nameRedis = "dedupflow pipeline (Redis store)"
+	nameBento = "Bento dedupe (memory cache)"
+	nameNATS  = "NATS JetStream Nats-Msg-Id (publish side)"
+)
+
+// benchPipelines measures every dedup contender on the same workloads.
+// The disk and Redis stores run at the 30% ratio only: they answer "what
+// does a durable or shared horizon cost", not how dedup scales with copies.
+func (e *env) benchPipelines(ctx context.Context) error {
+	bin := filepath.Join(e.tmp, "dedupflow")
+	e.logf("building the pipeline: go build -o %s ./cmd/dedupflow", bin)
+	build, err := startChild("go build", filepath.Join(e.tmp, "build.log"), e.root, nil, e.goBin, "build", "-o", bin, "./cmd/dedupflow")
+	if err != nil {
+		return err
+	}
+	select {
+	case <-build.done:
+	case <-ctx.Done():
+		build.kill()
+		return ctx.Err()
+	}
+	if build.err != nil {
+		return fmt.Errorf("build the pipeline: %w (log: %s)", build.err, build.tail())
+	}
+	e.dedupflowBin = bin
+
+	type entry struct {
+		c       consumer
+		allDups bool // every ratio, or 30% only
+	}
+	var cs []entry
+	cs = append(cs, entry{dedupflowConsumer(bin, "mem store", func(runEnv) string { return "mem" }), true})
+	cs[0].c.name = nameMem
+	disk := dedupflowConsumer(bin, "disk store", func(env runEnv) string { return "file:" + filepath.Join(env.dir, "state.db") })
+	disk.name = nameDisk
+	cs = append(cs, entry{disk, false})
+	if e.redisURL != "" {
+		red := dedupflowConsumer(bin, "Redis store", func(env runEnv) string {
+			return e.redisURL + "?prefix=" + filepath.Base(env.dir) + ":"
+		})
+		red.name = nameRedis
+		cs = append(cs, entry{red, false})
+	}
+	if e.cfg.bento == "" {
+		e.markAbsent("Bento: no binary given (--bento PATH); its dedupe was not measured. It cannot come through the Go module proxy here; build it from its public repository outside this tree (see BENCHMARKS.md)")
+	} else if st, err := os.Stat(e.cfg.bento); err != nil || st.IsDir() {
+		e.markAbsent(fmt.Sprintf("Bento: --bento %s is not a file (%v); its dedupe was not measured", e.cfg.bento, err))
+	} else {
+		cs = append(cs, entry{bentoConsumer(e.cfg.bento), true})
+	}
+
+	quiet, values, notes := 2*time.Second, map[[2]string][]float64{}, map[[2]string]string{}
+	if e.cfg.quick {
+		quiet = 300 * time.Millisecond
+	}
+	counts := map[string]string{}
+	for run := range e.cfg.runs {
+		for ri, ratio := range e.cfg.ratios {
+			group := ratioLabel(ratio)
+			wl := workload{events: e.cfg.events, dupRatio: ratio, redeliverRatio: e.cfg.redeliver, payload: 100,
+				spread: 2000, seed: uint64(1000*run + ri + 1), keyPrefix: fmt.Sprintf("r%d-%s", run, strings.Fields(group)[0])}
+			total, copies, _ := countsOf(wl)
+			timeout := time.Minute + time.Duration(total/300)*time.Second
+			for _, en := range cs {
+				if !en.allDups && ratio != 0.3 {
+					continue
+				}
+				dir, err := os.MkdirTemp(e.tmp, "run-")
+				if err != nil {
+					return fmt.Errorf("make run folder: %w", err)
+				}
+				s, err := measurePipeline(ctx, en.c, wl, dir, timeout, quiet)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if err != nil {
+					e.fail(fmt.Errorf("run %d, %s: %w", run+1, group, err))
+					continue
+				}
+				k := [2]string{group, en.c.name}
+				values[k] = append(values[k], s.rate)
+				if s.stats != "" {
+					notes[k] = "last run's own counters: " + s.stats
+				}
+				counts[group] = fmt.Sprintf("%s events, %s msgs (%s copies) + ~%s redeliveries",
+					num(float64(wl.events)), num(float64(total)), num(float64(copies)), num(float64(s.injected)))
+				e.logf("run %d %-11s %-34s %s msg/s in %v (%d in, %d injected redeliveries) %s",
+					run+1, group, en.c.name, num(s.rate), s.elapsed.Round(time.Millisecond), s.messagesIn, s.injected, s.stats)
+			}
+			dir, err := os.MkdirTemp(e.tmp, "nats-")
+			if err != nil {
+				return fmt.Errorf("make run folder: %w", err)
+			}
+			s, err := measureNATS(ctx, wl, dir, timeout)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				e.fail(fmt.Errorf("run %d, %s: %w", run+1, group, err))
+				continue
+			}
+			k := [2]string{group, nameNATS}
+			values[k] = append(values[k], s.rate)
+			e.logf("run %d %-11s %-34s %s msg/s in %v", run+1, group, nameNATS, num(s.rate), s.elapsed.Round(time.Millisecond))
+		}
+	}
+	for _, ratio := range e.cfg.ratios {
+		group := ratioLabel(ratio)
+		for _, name := range []string{nameMem, nameDisk, nameRedis, nameBento, nameNATS} {
+			v := values[[2]string{group, name}]
+			if len(v) == 0 {
+				continue
+			}
+			r := row{section: "pipeline", group: group, name: name, ours: strings.HasPrefix(name, "dedupflow"),
+				count: counts[group], unit: "msg/s in", values: v, note: notes[[2]string{group, name}]}
+			switch {
+			case name == nameNATS:
+				r.count = strings.Split(counts[group], " +")[0] + ", published (no redeliveries on the publish side)"
+				r.peer = nameMem
+			case r.ours:
+				r.peer = nameBento
+			default:
+				r.peer = nameMem
+			}
+			e.add(r)
+		}
+	}
+	return nil
+}
+
+// countsOf is the size of a workload without keeping its plan.
+func countsOf(w workload) (total, copies, redeliver int) { return counts(w.plan()) }
