@@ -31,6 +31,11 @@ func runSubscribe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object per message: data, attributes, message ID, publish time")
 	fs.IntVar(&count, "count", 0, "exit after this many messages (0: run until interrupted)")
 	lf.register(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: dedupflow subscribe --subscription S [--project P] [--json] [--count N]\n\n"+
+			"Prints and acks the messages of a subscription, as the tutorial's consumer app does.\n\n")
+		fs.PrintDefaults()
+	}
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -64,6 +64,13 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("up", stderr)
 	u.register(fs)
 	lf.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: dedupflow up [flags]\n\n"+
+			"Runs the seed tutorial on this machine: a Pub/Sub-compatible broker with the\n"+
+			"topics %s and %s and the subscription\n%s, the dedup pipeline between the topics,\n"+
+			"and a web console to publish with a key and watch duplicates collapse.\n\n", upInputTopic, upOutputTopic, upConsumerSub)
+		fs.PrintDefaults()
+	}
 	if err := parse(fs, args); err != nil {
 		return err
 	}
