@@ -6,7 +6,11 @@ package main
 // published keys: none lost, none extra. With the Pub/Sub sink, every key
 // must come out at least once, and copies beyond the first (the ones a kill
 // between publish and commit can produce) must carry the key attribute so a
-// reader can drop them.
+// reader can drop them. A kill can leave every message in flight between
+// its publish and its commit to the dedup store; each of those comes out
+// once more after the restart, so the extras are bounded by the in-flight
+// limit (--max-outstanding) per kill — measured: a few hundred per kill at
+// 1000 in flight — not by one per kill.
 
 import (
 	"context"
@@ -33,6 +37,9 @@ const (
 	crashKills     = 20
 	crashCopyShare = 0.3 // share of keys published twice
 	crashPace      = 20 * time.Second
+	// crashMaxOutstanding is the pipeline's --max-outstanding: what a kill
+	// can catch in flight.
+	crashMaxOutstanding = 1000
 )
 
 // crashSize is the number of unique keys: 100,000, or
@@ -100,7 +107,7 @@ func TestCrashSafetyPostgres(t *testing.T) {
 		"--input-subscription", e.sub("crash-in-sub"), "--id-attribute", "eid", "--horizon", "1h",
 		"--state", "file:" + filepath.Join(e.dir, "state.db"),
 		"--sink", pgURL, "--table", table,
-		"--metrics-addr", "", "--log-level", "warn"}}
+		"--max-outstanding", strconv.Itoa(crashMaxOutstanding), "--metrics-addr", "", "--log-level", "warn"}}
 	count := func() int {
 		var c int
 		err := db.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&c)
@@ -219,7 +226,7 @@ func TestCrashSafetyPubSub(t *testing.T) {
 		"--input-subscription", e.sub("crash-in-sub"), "--id-attribute", "eid", "--horizon", "1h",
 		"--state", "file:" + filepath.Join(e.dir, "state.db"),
 		"--sink", "pubsub", "--output-topic", e.topic("crash-out"),
-		"--metrics-addr", "", "--log-level", "warn"}}
+		"--max-outstanding", strconv.Itoa(crashMaxOutstanding), "--metrics-addr", "", "--log-level", "warn"}}
 	start := time.Now()
 	wait := publishInBackground(e, "crash-in", keys, seed)
 	seeks := crashLoop(t, e, p, crashKills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)), func() int {
@@ -288,7 +295,10 @@ func TestCrashSafetyPubSub(t *testing.T) {
 	if len(noAttr) > 0 {
 		t.Errorf("%d outputs lack the eid attribute that lets a reader drop copies", len(noAttr))
 	}
-	if extras > crashKills {
-		t.Errorf("%d extra copies after %d kills: more than one per kill", extras, crashKills)
+	// A kill can catch every message in flight between "published" and
+	// "committed to the store", and each of those comes out again after the
+	// restart: the bound is the in-flight limit per kill, not one per kill.
+	if extras > crashKills*crashMaxOutstanding {
+		t.Errorf("%d extra copies after %d kills: more than %d (the in-flight limit) per kill", extras, crashKills, crashMaxOutstanding)
 	}
 }
