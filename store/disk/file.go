@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -82,6 +81,7 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 		// 0.7 s of CPU at 10M keys.
 		FreelistType: bolt.FreelistMapType,
 		NoSync:       opt.NoSync,
+		MmapFlags:    mmapFlags,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open state file %s: another process holds it", path)
@@ -128,109 +128,77 @@ func (w *writer) init() error {
 	})
 }
 
-// load rebuilds the index from the file in two passes. Inserting records
-// straight into the maps in file order would touch a random spot of
-// hundreds of megabytes per key, a cache and TLB miss each (measured: 30 s
-// for 10M keys under load); instead the cursor's records are first split
-// by shard into flat slices (sequential writes), then each shard's map is
-// built at its exact size from its slice, within a few megabytes, on every
-// core. Records come in expiry order, so a key committed twice ends with
-// its later expiry, as Commit keeps it.
+// load rebuilds the index from the file, a chunk of records at a time.
+// Inserting records straight into the tables in file order would touch a
+// random spot of hundreds of megabytes per key, a cache and TLB miss each
+// (measured: 30 s for 10M keys under load); instead each chunk is split by
+// shard into flat slices (sequential writes), then every shard's table
+// takes its slice, within a megabyte or two. One goroutine indexes a chunk
+// while the cursor fills the other buffer, so on two cores the load takes
+// about as long as the longer of the two. The buffers are reused: fresh
+// pages cost a fault each, which on a busy VM was much of the time.
+// Records come in expiry order, so a key committed twice ends with its
+// later expiry, as Commit keeps it.
 func (w *writer) load(ctx context.Context) (int, error) {
-	const nshards = 1 << shardBits
-	// The first pass is split too: one read transaction per core, each over
-	// a slice of the expiry range (keys are spread evenly over it when the
-	// traffic is steady; an uneven spread only costs balance).
-	procs := runtime.GOMAXPROCS(0)
-	var first, last int64
-	var estimate uint64
-	err := w.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketKeys)
-		estimate = b.Sequence() // an estimate of the record count
-		c := b.Cursor()
-		if k, _ := c.First(); len(k) == recKeyLen {
-			first = int64(binary.BigEndian.Uint64(k))
-		}
-		if k, _ := c.Last(); len(k) == recKeyLen {
-			last = int64(binary.BigEndian.Uint64(k))
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	if estimate < 1<<16 {
-		procs = 1
-	}
-	per := int(estimate/uint64(nshards*procs)) + 16
-	per += per / 16
-	parts := make([][nshards][]loadRec, procs)
-	counts := make([]int, procs)
-	errs := make([]error, procs)
-	var wg sync.WaitGroup
-	for j := range procs {
-		from := uint64(first) + (uint64(last)-uint64(first))/uint64(procs)*uint64(j)
-		to := uint64(first) + (uint64(last)-uint64(first))/uint64(procs)*uint64(j+1)
-		if j == 0 {
-			from = 0
-		}
-		wg.Go(func() {
-			errs[j] = w.db.View(func(tx *bolt.Tx) error {
-				c := tx.Bucket(bucketKeys).Cursor()
-				for k, v := c.Seek(binary.BigEndian.AppendUint64(nil, from)); k != nil; k, v = c.Next() {
-					if len(k) != recKeyLen || len(v) != recValLen {
-						return fmt.Errorf("corrupt record %x=%x", k, v)
-					}
-					var r loadRec
-					r.exp = int64(binary.BigEndian.Uint64(k))
-					if j < procs-1 && uint64(r.exp) >= to {
-						break
-					}
-					copy(r.k[:], k[8:])
-					r.tag = max(binary.LittleEndian.Uint32(v), 1) // 0 marks a free slot
-					i := r.k.Hi() >> (64 - shardBits)
-					if parts[j][i] == nil {
-						parts[j][i] = make([]loadRec, 0, per)
-					}
-					parts[j][i] = append(parts[j][i], r)
-					if counts[j]++; counts[j]&0xffff == 0 {
-						if err := ctx.Err(); err != nil {
-							return err
-						}
-					}
-				}
-				return nil
-			})
-		})
-	}
-	wg.Wait()
-	n := 0
-	for j := range procs {
-		if errs[j] != nil {
-			return 0, errs[j]
-		}
-		n += counts[j]
-	}
-	var next atomic.Int64
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for i := next.Add(1) - 1; i < nshards; i = next.Add(1) - 1 {
-				size := 0
-				for j := range procs {
-					size += len(parts[j][i])
-				}
+	const (
+		nshards = 1 << shardBits
+		chunk   = 1 << 20 // records per chunk: 32 MiB per buffer
+	)
+	start := time.Now()
+	var bufs [2][nshards][]loadRec
+	var indexer sync.WaitGroup
+	index := func(parts *[nshards][]loadRec) {
+		indexer.Wait() // the previous chunk first: later records win
+		indexer.Go(func() {
+			for i := range parts {
 				sh := &w.s.shards[i]
-				sh.done = newIndex(size)
-				for j := range procs { // in expiry order: the later commit wins
-					for _, r := range parts[j][i] {
-						sh.setDone(r.k, rec{exp: r.exp, tag: r.tag}) // not shared yet: no lock
-					}
-					parts[j][i] = nil
+				for _, r := range parts[i] {
+					sh.setDone(r.k, rec{exp: r.exp, tag: r.tag}) // not shared yet: no lock
 				}
+				parts[i] = parts[i][:0]
 			}
 		})
 	}
-	wg.Wait()
+	n := 0
+	err := w.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketKeys)
+		// The sequence holds an estimate of the record count: size the
+		// tables once rather than grow ten million keys step by step.
+		per := int(b.Sequence() / nshards)
+		for i := range w.s.shards {
+			w.s.shards[i].done = newIndex(per + per/16)
+		}
+		c := b.Cursor()
+		cur, inChunk := 0, 0
+		parts := &bufs[cur]
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) != recKeyLen || len(v) != recValLen {
+				return fmt.Errorf("corrupt record %x=%x", k, v)
+			}
+			var r loadRec
+			r.exp = int64(binary.BigEndian.Uint64(k))
+			copy(r.k[:], k[8:])
+			r.tag = max(binary.LittleEndian.Uint32(v), 1) // 0 marks a free slot
+			i := r.k.Hi() >> (64 - shardBits)
+			parts[i] = append(parts[i], r)
+			n++
+			if inChunk++; inChunk == chunk {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				index(parts)
+				cur, inChunk = 1-cur, 0
+				parts = &bufs[cur]
+			}
+		}
+		index(parts)
+		return nil
+	})
+	indexer.Wait()
+	if err != nil {
+		return 0, err
+	}
+	w.log.Debug("state file loaded", "keys", n, "took", time.Since(start).Round(time.Millisecond))
 	return n, nil
 }
 
