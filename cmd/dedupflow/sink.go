@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -60,5 +61,21 @@ func openSink(ctx context.Context, s sinkSpec) (pipeline.Sink, func(), error) {
 		}
 		return ps, ps.Close, nil
 	}
-	return nil, nil, fmt.Errorf("unknown --sink %q: want pubsub, stdout or a postgres:// URL", s.spec)
+	return nil, nil, fmt.Errorf("unknown --sink %q: want pubsub, stdout or a postgres:// URL", sinkLabel(s.spec))
+}
+
+// sinkLabel is --sink as logs may show it: a database URL without its
+// password.
+func sinkLabel(spec string) string {
+	u, err := url.Parse(spec)
+	if err != nil || u.User == nil {
+		if err != nil && strings.Contains(spec, "@") {
+			return "(unparsable URL)"
+		}
+		return spec
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
 }
