@@ -50,7 +50,6 @@ func (u *upConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&u.job.idAttr, "id-attribute", "key", "attribute holding the publisher's stable key; the console's key goes there")
 	fs.StringVar(&u.job.tsAttr, "timestamp-attribute", "", "attribute holding the event time for the horizon (empty: the publish time)")
 	fs.DurationVar(&u.job.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
-	fs.StringVar(&u.job.state, "state", "mem", "where the horizon lives: mem, file:PATH or redis://...")
 	fs.StringVar(&u.job.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&u.brokerAddr, "broker-addr", "127.0.0.1:8085", "address of the Pub/Sub-compatible broker, for other clients to join")
 	fs.StringVar(&u.consoleAddr, "console-addr", "127.0.0.1:8080", "address of the web console")
@@ -81,6 +80,10 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if u.job.idAttr == "" {
 		return errors.New("--id-attribute must not be empty: the console publishes the form's key in it")
 	}
+	// Everything lives in memory, the horizon too: the broker's message IDs
+	// start again with each run, so a horizon kept across runs would take
+	// new messages for redeliveries of old ones.
+	u.job.state = "mem"
 	u.job.inSub, u.job.outTopic = upPipelineSub, upOutputTopic
 	u.job.sink, u.job.missing, u.job.maxOutstanding = "pubsub", "fallback", 1000
 	// Check every flag before anything starts listening.
@@ -92,10 +95,10 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	maxHorizon, err := store.MaxHorizon(u.job.state)
 	if err != nil {
-		return fmt.Errorf("--state: %w", err)
+		return err
 	}
 	if u.job.horizon > maxHorizon {
-		return fmt.Errorf("--horizon %v is longer than --state %s can hold (%v)", u.job.horizon, u.job.state, maxHorizon)
+		return fmt.Errorf("--horizon %v is longer than the memory store holds (%v)", u.job.horizon, maxHorizon)
 	}
 	return u.run(ctx, log, stdout)
 }

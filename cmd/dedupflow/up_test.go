@@ -133,7 +133,7 @@ func TestUpBadFlags(t *testing.T) {
 		{[]string{"--horizon", "10ms"}, "--horizon"},
 		{[]string{"--id-attribute", ""}, "--id-attribute"},
 		{[]string{"--project", "x/y"}, "project"},
-		{[]string{"--state", "nope"}, "--state"},
+		{[]string{"--state", "file:x"}, "flag provided but not defined"},
 		{[]string{"--horizon", "100000h"}, "--horizon"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
