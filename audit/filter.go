@@ -140,6 +140,7 @@ type gen struct {
 	f     *bloom.BloomFilter
 	n     uint // keys added that were not already there
 	full  bool // over capacity warned
+	dirty bool // added to since the last TakeDirty
 }
 
 const noEpoch = math.MinInt64
@@ -195,10 +196,11 @@ func (f *Filter) Add(k dedup.Key, t time.Time) {
 	if g.epoch != e {
 		// The slot holds a generation that has left the window: reuse it.
 		g.f.ClearAll()
-		g.epoch, g.n, g.full = e, 0, false
+		g.epoch, g.n, g.full, g.dirty = e, 0, false, false
 	}
 	if !g.f.TestAndAdd(k[:]) {
 		g.n++
+		g.dirty = true
 		if !g.full && g.n > f.perGen() {
 			g.full = true
 			f.opt.Logger.Warn("audit filter generation over capacity: false positives will rise above the configured rate (raise --audit-capacity)",

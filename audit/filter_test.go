@@ -238,7 +238,7 @@ func TestSnapshotter(t *testing.T) {
 	opt := audit.Options{Horizon: time.Hour, Capacity: 1000}
 	path := filepath.Join(t.TempDir(), "audit")
 	f := newFilter(t, opt)
-	s := audit.StartSnapshots(t.Context(), f, path, 10*time.Millisecond, nil)
+	s := audit.StartSnapshots(t.Context(), f, audit.File(path), 10*time.Millisecond, nil)
 	f.Add(dedup.KeyOf("early"), t0)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if _, err := os.Stat(path); err == nil {
@@ -252,7 +252,7 @@ func TestSnapshotter(t *testing.T) {
 	s.Stop()
 	s.Stop() // idempotent
 	g := newFilter(t, opt)
-	s2 := audit.StartSnapshots(t.Context(), g, path, time.Hour, nil)
+	s2 := audit.StartSnapshots(t.Context(), g, audit.File(path), time.Hour, nil)
 	defer s2.Stop()
 	if !g.Contains(dedup.KeyOf("early"), t0) || !g.Contains(dedup.KeyOf("late"), t0) {
 		t.Fatal("keys added before Stop are not in the snapshot")
@@ -272,5 +272,33 @@ func TestParseDuration(t *testing.T) {
 		if _, err := audit.ParseDuration(in); err == nil {
 			t.Errorf("ParseDuration(%q) accepted", in)
 		}
+	}
+}
+
+// TakeDirty hands out what changed once; Merge ORs it into another
+// filter, which then knows the keys.
+func TestTakeDirtyAndMerge(t *testing.T) {
+	opt := audit.Options{Horizon: 8 * time.Hour, Capacity: 1000}
+	a, b := newFilter(t, opt), newFilter(t, opt)
+	a.Add(dedup.KeyOf("x"), t0)
+	a.Add(dedup.KeyOf("y"), t0.Add(2*time.Hour))
+	gens := a.TakeDirty()
+	if len(gens) != 2 || len(a.TakeDirty()) != 0 {
+		t.Fatalf("dirty generations %d, then %d; want 2, then none", len(gens), len(a.TakeDirty()))
+	}
+	for _, g := range gens {
+		if err := b.Merge(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !b.Contains(dedup.KeyOf("x"), t0.Add(3*time.Hour)) || !b.Contains(dedup.KeyOf("y"), t0.Add(3*time.Hour)) || a.Params() != b.Params() {
+		t.Fatal("merged filter lacks the keys")
+	}
+	if err := b.Merge(audit.Generation{Epoch: 1, Words: make([]uint64, 3)}); !errors.Is(err, audit.ErrMismatch) {
+		t.Fatalf("merge of a generation of another size: %v", err)
+	}
+	a.MarkDirty(gens[0].Epoch)
+	if len(a.TakeDirty()) != 1 {
+		t.Fatal("MarkDirty did not mark")
 	}
 }

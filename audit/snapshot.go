@@ -194,35 +194,60 @@ func (f *Filter) LoadFile(path string) (bool, error) {
 	return true, nil
 }
 
-// Snapshotter saves a Filter to a file periodically and once more when
+// Target keeps a Filter's state somewhere it survives a restart.
+type Target interface {
+	// Load brings the saved state into f, and reports whether there was
+	// any.
+	Load(ctx context.Context, f *Filter) (bool, error)
+	// Save stores f's state.
+	Save(ctx context.Context, f *Filter) error
+	// String names the target in logs.
+	String() string
+}
+
+// File is a Target: a snapshot file, replaced atomically on every save.
+type File string
+
+// Load implements Target.
+func (p File) Load(_ context.Context, f *Filter) (bool, error) { return f.LoadFile(string(p)) }
+
+// Save implements Target.
+func (p File) Save(_ context.Context, f *Filter) error { return f.SaveFile(string(p)) }
+
+func (p File) String() string { return string(p) }
+
+// Snapshotter saves a Filter to a Target periodically and once more when
 // stopped. Start it with StartSnapshots; Stop it before the process exits.
 type Snapshotter struct {
 	f      *Filter
-	path   string
+	to     Target
 	log    *slog.Logger
+	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
 }
 
-// StartSnapshots loads path into f (a damaged or mismatched snapshot is
-// logged and f starts empty: the audit is advisory and must not stop the
-// pipeline), then saves f to path every `every` until Stop.
-func StartSnapshots(ctx context.Context, f *Filter, path string, every time.Duration, log *slog.Logger) *Snapshotter {
+// StartSnapshots loads the target into f (a damaged or mismatched snapshot
+// is logged and f starts empty: the audit is advisory and must not stop
+// the pipeline), then saves f to it every `every` until Stop.
+func StartSnapshots(ctx context.Context, f *Filter, to Target, every time.Duration, log *slog.Logger) *Snapshotter {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With("audit_snapshot", path)
-	switch found, err := f.LoadFile(path); {
+	log = log.With("audit_snapshot", to.String())
+	switch found, err := to.Load(ctx, f); {
 	case err != nil:
 		log.Warn("audit snapshot not loaded; the audit starts empty", "err", err)
 	case found:
 		st := f.Stats()
 		log.Info("audit snapshot loaded", "keys", st.Keys)
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Snapshotter{f: f, path: path, log: log, cancel: cancel, done: make(chan struct{})}
-	go s.loop(ctx, every)
+	// Saves outlive the caller's cancellation: the last one runs after it.
+	base := context.WithoutCancel(ctx)
+	loopCtx, cancel := context.WithCancel(base)
+	s := &Snapshotter{f: f, to: to, log: log, ctx: base, cancel: cancel, done: make(chan struct{})}
+	go s.loop(loopCtx, every)
 	return s
 }
 
@@ -242,7 +267,9 @@ func (s *Snapshotter) loop(ctx context.Context, every time.Duration) {
 
 func (s *Snapshotter) save() {
 	start := time.Now()
-	if err := s.f.SaveFile(s.path); err != nil {
+	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+	defer cancel()
+	if err := s.to.Save(ctx, s.f); err != nil {
 		s.log.Warn("audit snapshot not saved", "err", err)
 		return
 	}

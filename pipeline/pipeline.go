@@ -81,6 +81,9 @@ type Deps struct {
 	Registerer prometheus.Registerer // nil: no metrics exported
 	// HorizonKeys reports the store's live keys for the gauge, if it can.
 	HorizonKeys func() int
+	// AuditTarget keeps the audit filter across restarts (Redis, say);
+	// nil: Config.AuditSnapshot's file, if set.
+	AuditTarget audit.Target
 }
 
 // Pipeline dedups one stream.
@@ -95,6 +98,8 @@ type Pipeline struct {
 	store *health
 	out   *health
 	audit *audit.Filter // nil: no audit horizon
+
+	auditTarget audit.Target // nil: the audit is not kept across restarts
 }
 
 // New validates cfg and returns a Pipeline.
@@ -138,9 +143,13 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 		}
 		p.audit = a
 		p.m.audit = a.Stats
+		p.auditTarget = d.AuditTarget
+		if p.auditTarget == nil && cfg.AuditSnapshot != "" {
+			p.auditTarget = audit.File(cfg.AuditSnapshot)
+		}
 		p.log.Info("audit horizon on: copies after the dedup horizon are marked, not dropped",
 			"audit_horizon", cfg.Audit.Horizon.String(), "capacity", cfg.Audit.Capacity,
-			"false_positive", cfg.Audit.FalsePositive, "bytes", a.Stats().Bytes, "snapshot", cfg.AuditSnapshot)
+			"false_positive", cfg.Audit.FalsePositive, "bytes", a.Stats().Bytes, "kept_in", keptIn(p.auditTarget))
 		if p.cfg.AuditSnapshotEvery <= 0 {
 			p.cfg.AuditSnapshotEvery = DefaultAuditSnapshotEvery
 		}
@@ -171,8 +180,8 @@ type Receiver interface {
 // audit snapshot file, the audit filter is loaded first and saved for the
 // last time after the last message.
 func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
-	if p.audit != nil && p.cfg.AuditSnapshot != "" {
-		s := audit.StartSnapshots(ctx, p.audit, p.cfg.AuditSnapshot, p.cfg.AuditSnapshotEvery, p.log)
+	if to := p.auditTarget; to != nil {
+		s := audit.StartSnapshots(ctx, p.audit, to, p.cfg.AuditSnapshotEvery, p.log)
 		defer s.Stop()
 	}
 	err := in.Receive(ctx, func(ctx context.Context, m *pubsub.Message) {
@@ -250,6 +259,13 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 	}
 	p.suspect(n)
 	return p.emit(ctx, m, &t, n)
+}
+
+func keptIn(t audit.Target) string {
+	if t == nil {
+		return "memory only"
+	}
+	return t.String()
 }
 
 // note is what the audit needs of a keyed message.

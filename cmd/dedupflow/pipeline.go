@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/audit"
+	"github.com/dedupflow/dedupflow/audit/redisaudit"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
@@ -181,6 +182,25 @@ func (j *job) eventConfig(opt *dedup.Options) (pipeline.Config, error) {
 	return cfg, nil
 }
 
+// auditTarget keeps the audit in Redis when the dedup store is there, so
+// replicas pool it and it survives restarts (with file:PATH, config named
+// a snapshot file instead).
+func (j *job) auditTarget(ctx context.Context, cfg pipeline.Config, deps *pipeline.Deps) (func(), error) {
+	if cfg.Audit.Horizon == 0 || !(strings.HasPrefix(j.state, "redis://") || strings.HasPrefix(j.state, "rediss://")) {
+		return func() {}, nil
+	}
+	t, err := redisaudit.Open(ctx, j.state, redisaudit.Options{Logger: deps.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("audit in redis: %w", err)
+	}
+	deps.AuditTarget = t
+	return func() {
+		if err := t.Close(); err != nil {
+			deps.Logger.Warn("closing the audit's redis client", "err", err)
+		}
+	}, nil
+}
+
 // project picks the client's project: the flag, or the input's.
 func (j *job) clientProject(in pubsubio.Name) string {
 	if j.project != "" {
@@ -250,6 +270,11 @@ func (j *job) run(ctx context.Context, c *pubsub.Client, log *slog.Logger, start
 		defer dl.Stop()
 		deps.DeadLetter = dl
 	}
+	closeAudit, err := j.auditTarget(ctx, cfg, &deps)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
 	if l, ok := st.(interface{ Len() int }); ok {
 		deps.HorizonKeys = l.Len
 	}
