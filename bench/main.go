@@ -67,7 +67,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.plots, "plots", "", "write PNG plots into this folder (default docs/bench; empty with --quick)")
 	fs.IntVar(&c.runs, "runs", 0, "runs of every measurement; the report gives the median (default 3; 1 with --quick)")
 	fs.IntVar(&c.events, "events", 0, "logical events per pipeline run (default 150000; 2000 with --quick)")
-	fs.StringVar(&ratios, "ratios", "0,0.1,0.3,0.6", "shares of events republished as a second copy")
+	fs.StringVar(&ratios, "ratios", "", "comma-separated shares of events republished as a second copy (default 0,0.1,0.3,0.6; 0.3 with --quick)")
 	fs.Float64Var(&c.redeliver, "redeliver", 0.02, "share of events whose first ack is lost (redelivered with the same message ID)")
 	fs.StringVar(&c.bento, "bento", "", "path of a Bento binary (absent: Bento is reported as not measured)")
 	fs.StringVar(&c.emulator, "emulator", defaultEmulator, "Google's Pub/Sub emulator launcher")
@@ -98,6 +98,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if !(c.redeliver >= 0 && c.redeliver <= 1) {
 		return c, fmt.Errorf("--redeliver %v must be between 0 and 1", c.redeliver)
+	}
+	if ratios == "" {
+		ratios = map[bool]string{true: "0.3", false: "0,0.1,0.3,0.6"}[c.quick]
 	}
 	for _, s := range strings.Split(ratios, ",") {
 		var r float64
@@ -140,6 +143,7 @@ type env struct {
 	loadBefore     string
 	loadAfter      string
 	dedupflowBin   string
+	bentoVersion   string // "" when Bento did not run
 	redisURL       string // "" when Redis is absent
 	rows           []row
 	absent         []string // contenders not measured, and why
@@ -216,7 +220,7 @@ func (e *env) setup(ctx context.Context) error {
 // measureAll runs the selected sections, interleaving contenders within
 // each run so that load that changes during the run hits all of them.
 func (e *env) measureAll(ctx context.Context) error {
-	if e.wants("pipeline") || e.wants("redis") {
+	if e.wants("pipeline") || e.wants("memory") || e.wants("redis") {
 		stop, err := e.startRedis(ctx)
 		if err != nil {
 			return err

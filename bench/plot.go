@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -58,6 +57,7 @@ func (e *env) linePlot(rows []row) (*plot.Plot, error) {
 	p.Y.Label.Text = "messages in per second (median)"
 	p.Legend.Top = true
 	p.Legend.Left = true
+	p.Add(plotter.NewGrid())
 	var names []string
 	pts := map[string]plotter.XYs{}
 	for _, r := range rows {
@@ -84,14 +84,33 @@ func (e *env) linePlot(rows []row) (*plot.Plot, error) {
 		p.Add(l, s)
 		p.Legend.Add(n, l, s)
 	}
-	p.Y.Min = 0
-	p.Add(plotter.NewGrid())
+	// Log scale: NATS's publish-side rate is an order of magnitude above
+	// the consumers', which would flatten them on a linear axis. The top
+	// is raised to leave the legend room above the lines.
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = readableTicks{plot.LogTicks{Prec: -1}}
+	p.Y.Min /= 2
+	p.Y.Max *= 30
+	p.X.Min, p.X.Max = p.X.Min-3, p.X.Max+3
 	return p, nil
 }
 
-// barPlot draws grouped bars: one group per row group, one bar colour per
-// contender, each labelled with its median (a value too small to see, such
-// as pstest's, still shows its number).
+// readableTicks labels ticks as the tables do (12,345 rather than 12345.00).
+type readableTicks struct{ plot.Ticker }
+
+func (t readableTicks) Ticks(min, max float64) []plot.Tick {
+	ts := t.Ticker.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = num(ts[i].Value)
+		}
+	}
+	return ts
+}
+
+// barPlot draws grouped bars: one group per row group, one colour per
+// contender, the bars of a group centred on it, each labelled with its
+// median (a bar too small to see, such as pstest's, still shows its number).
 func barPlot(rows []row) (*plot.Plot, error) {
 	p := plot.New()
 	var groups, names []string
@@ -111,52 +130,54 @@ func barPlot(rows []row) (*plot.Plot, error) {
 	}
 	unit := rows[0].unit
 	p.Y.Label.Text = unit + " (median)"
-	w := vg.Points(math.Min(40, 300/float64(len(names)*len(groups))))
-	for i, n := range names {
-		vals := make(plotter.Values, len(groups))
-		for gi, g := range groups {
-			for _, r := range rows {
-				if r.name == n && r.group == g && len(r.values) > 0 {
-					vals[gi] = r.median()
-				}
+	p.Y.Tick.Marker = readableTicks{plot.DefaultTicks{}}
+	p.Add(plotter.NewGrid())
+	w := vg.Points(math.Min(60, 400/float64(len(names)*len(groups))))
+	inLegend := map[string]bool{}
+	for gi, g := range groups {
+		var present []row
+		for _, r := range rows {
+			if r.group == g && len(r.values) > 0 {
+				present = append(present, r)
 			}
 		}
-		b, err := plotter.NewBarChart(vals, w)
-		if err != nil {
-			return nil, err
-		}
-		b.Color = plotutil.Color(i)
-		b.LineStyle.Width = 0
-		b.Offset = w * vg.Length(float64(i)-float64(len(names)-1)/2)
-		p.Add(b)
-		p.Legend.Add(n, b)
-		xy := make(plotter.XYs, len(groups))
-		labels := make([]string, len(groups))
-		for gi := range groups {
-			xy[gi] = plotter.XY{X: float64(gi), Y: vals[gi]}
-			if vals[gi] > 0 {
-				labels[gi] = num(vals[gi])
+		for j, r := range present {
+			ci := indexOf(names, r.name)
+			b, err := plotter.NewBarChart(plotter.Values{r.median()}, w)
+			if err != nil {
+				return nil, err
 			}
+			b.XMin = float64(gi)
+			b.Color = plotutil.Color(ci)
+			b.LineStyle.Width = 0
+			b.Offset = w * vg.Length(float64(j)-float64(len(present)-1)/2)
+			p.Add(b)
+			if !inLegend[r.name] {
+				inLegend[r.name] = true
+				p.Legend.Add(r.name, b)
+			}
+			l, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: float64(gi), Y: r.median()}}, Labels: []string{num(r.median())}})
+			if err != nil {
+				return nil, err
+			}
+			l.Offset.X = b.Offset - w/2
+			l.TextStyle[0].Color = color.Black
+			l.TextStyle[0].Font.Size = vg.Points(8)
+			p.Add(l)
 		}
-		l, err := plotter.NewLabels(plotter.XYLabels{XYs: xy, Labels: labels})
-		if err != nil {
-			return nil, err
-		}
-		for j := range l.TextStyle {
-			l.TextStyle[j].Color = color.Black
-			l.TextStyle[j].XAlign = -0.5
-			l.Offset.X = b.Offset
-			l.TextStyle[j].Font.Size = vg.Points(8)
-		}
-		p.Add(l)
 	}
 	p.NominalX(groups...)
 	p.Legend.Top = true
 	p.Y.Min = 0
-	p.Y.Max *= 1.25 // room above the bars for the legend and labels (Add set Max)
-	p.Add(plotter.NewGrid())
-	if strings.HasPrefix(unit, "B/") {
-		p.Legend.Left = true
-	}
+	p.Y.Max *= 1.35 // room above the bars for the legend and labels (Add set Max)
 	return p, nil
+}
+
+func indexOf(s []string, x string) int {
+	for i, v := range s {
+		if v == x {
+			return i
+		}
+	}
+	return -1
 }

@@ -86,6 +86,14 @@ func num(v float64) string {
 	}
 }
 
+// inum formats a count: an integer, thousands separated.
+func inum(n int) string {
+	if n < 1000 && n > -1000 {
+		return strconv.Itoa(n)
+	}
+	return num(float64(n))
+}
+
 type sectionText struct{ key, title, method string }
 
 var sectionsText = []sectionText{
@@ -141,7 +149,11 @@ func (e *env) writeOutputs() error {
 // printSummary is the quick mode's output: the medians, on stdout.
 func (e *env) printSummary() {
 	for _, r := range e.rows {
-		fmt.Fprintf(e.stdout, "%-9s %-14s %-46s %12s %-13s %s\n", r.section, r.group, r.name, num(r.median()), r.unit, e.ratio(r))
+		med := num(r.median()) + " " + r.unit
+		if r.fixed != "" {
+			med = r.fixed
+		}
+		fmt.Fprintf(e.stdout, "%-9s %-20s %-52s %18s  %s\n", r.section, r.group, r.name, med, e.ratio(r))
 	}
 	for _, a := range e.absent {
 		fmt.Fprintf(e.stdout, "absent: %s\n", a)
@@ -159,6 +171,10 @@ func (e *env) markdown() string {
 	w("**Load:** before the run `%s`; after it `%s`. ", e.loadBefore, e.loadAfter)
 	w("The machine is shared with other engineers' test runs, so absolute numbers are noisy; the ratios between " +
 		"contenders measured side by side in the same run are the more stable result.\n\n")
+	if e.bentoVersion != "" {
+		w("**Bento:** `%s` (%s), built outside this repository from its public source with only the components "+
+			"the benchmark uses (gcp, io, pure); none of its code is in this repository.\n\n", e.cfg.bento, e.bentoVersion)
+	}
 	if len(e.failures) > 0 {
 		w("## FAILED\n\n")
 		for _, f := range e.failures {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -41,7 +42,7 @@ func (e *env) benchBroker(ctx context.Context) error {
 	for _, m := range []struct{ unit, group string }{{"pub-msg/s", "publish"}, {"recv-msg/s", "streaming pull + ack"}} {
 		for _, s := range subs {
 			r := row{section: "broker", group: m.group, name: names[s], ours: s == "ours-memory",
-				count: fmt.Sprintf("%s messages of 100 B + 2 attributes", num(float64(sizes[s]))), unit: "msg/s",
+				count: fmt.Sprintf("%s messages of 100 B + 2 attributes", inum(sizes[s])), unit: "msg/s",
 				values: metricRuns(lines, "BenchmarkEndToEnd/"+s, m.unit)}
 			switch {
 			case r.ours && contains(subs, "emulator"):
@@ -128,11 +129,13 @@ func (e *env) benchPipelines(ctx context.Context) error {
 		cs = append(cs, entry{red, false})
 	}
 	if e.cfg.bento == "" {
-		e.markAbsent("Bento: no binary given (--bento PATH); its dedupe was not measured. It cannot come through the Go module proxy here; build it from its public repository outside this tree (see BENCHMARKS.md)")
+		e.markAbsent("Bento: no binary given (--bento PATH), so its dedupe was not measured; its module is not served by the Go module proxy here, so a binary has to be built outside this repository")
 	} else if st, err := os.Stat(e.cfg.bento); err != nil || st.IsDir() {
 		e.markAbsent(fmt.Sprintf("Bento: --bento %s is not a file (%v); its dedupe was not measured", e.cfg.bento, err))
 	} else {
 		cs = append(cs, entry{bentoConsumer(e.cfg.bento), true})
+		e.bentoVersion = bentoVersion(ctx, e.cfg.bento)
+		e.logf("Bento: %s (%s)", e.cfg.bento, e.bentoVersion)
 	}
 
 	quiet, values, notes := 2*time.Second, map[[2]string][]float64{}, map[[2]string]string{}
@@ -169,7 +172,7 @@ func (e *env) benchPipelines(ctx context.Context) error {
 					notes[k] = "last run's own counters: " + s.stats
 				}
 				counts[group] = fmt.Sprintf("%s events, %s msgs (%s copies) + ~%s redeliveries",
-					num(float64(wl.events)), num(float64(total)), num(float64(copies)), num(float64(s.injected)))
+					inum(wl.events), inum(total), inum(copies), inum(s.injected))
 				e.logf("run %d %-11s %-34s %s msg/s in %v (%d in, %d injected redeliveries) %s",
 					run+1, group, en.c.name, num(s.rate), s.elapsed.Round(time.Millisecond), s.messagesIn, s.injected, s.stats)
 			}
@@ -216,3 +219,13 @@ func (e *env) benchPipelines(ctx context.Context) error {
 
 // countsOf is the size of a workload without keeping its plan.
 func countsOf(w workload) (total, copies, redeliver int) { return counts(w.plan()) }
+
+// bentoVersion is the first line of `bento --version`, for the report.
+func bentoVersion(ctx context.Context, bin string) string {
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return "version unknown: " + err.Error()
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}

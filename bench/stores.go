@@ -65,7 +65,7 @@ func (e *env) benchMemory(ctx context.Context) error {
 	if e.cfg.quick {
 		n = 5_000
 	}
-	group := num(float64(n)) + " keys in Redis"
+	group := inum(n) + " keys in Redis"
 	var storeV, setnxV []float64
 	for range e.cfg.runs {
 		v, err := redisBytesPerKey(ctx, e.redisURL, n, true)
@@ -78,7 +78,7 @@ func (e *env) benchMemory(ctx context.Context) error {
 		}
 		setnxV = append(setnxV, v)
 	}
-	cnt := num(float64(n)) + " keys claimed and committed; Redis used_memory growth ÷ keys"
+	cnt := inum(n) + " keys claimed and committed; Redis used_memory growth ÷ keys"
 	e.add(row{section: "memory", group: group, name: nameRedisStore, ours: true, peer: nameSetNX, count: cnt, unit: "B/key", values: storeV})
 	e.add(row{section: "memory", group: group, name: nameSetNX, peer: nameRedisStore, count: cnt, unit: "B/key", values: setnxV})
 	return nil
