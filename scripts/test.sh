@@ -97,3 +97,4 @@ go test -race -count=1 -timeout 40m "$@" ./...
 log "fuzz (brief)"
 go test -run '^$' -fuzz '^FuzzParseTimestamp$' -fuzztime 10s ./dedup/
 go test -run '^$' -fuzz '^FuzzKeyOf$' -fuzztime 10s ./dedup/
+go run ./bench --quick ${DEDUPFLOW_BENTO:+--bento "$DEDUPFLOW_BENTO"} # every benchmark contender starts and is correct (Bento only when given)
