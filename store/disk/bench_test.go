@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -62,11 +61,17 @@ func BenchmarkClaimCommit(b *testing.B) {
 		})
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 	}
+	disk := func(b *testing.B, opt Options) {
+		s := open(b, filepath.Join(b.TempDir(), "s.db"), opt)
+		run(b, s)
+		if txs := s.w.txs.Load(); txs > 0 {
+			b.ReportMetric(float64(s.w.keys.Load())/float64(txs), "keys/tx")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(txs), "µs/tx")
+		}
+	}
 	b.Run("mem", func(b *testing.B) { run(b, mem.New()) })
-	b.Run("disk", func(b *testing.B) { run(b, open(b, filepath.Join(b.TempDir(), "s.db"), Options{})) })
-	b.Run("disk-nosync", func(b *testing.B) {
-		run(b, open(b, filepath.Join(b.TempDir(), "s.db"), Options{NoSync: true}))
-	})
+	b.Run("disk", func(b *testing.B) { disk(b, Options{}) })
+	b.Run("disk-nosync", func(b *testing.B) { disk(b, Options{NoSync: true}) })
 }
 
 // BenchmarkReopen times Open of a file holding N live keys (default 1M;
@@ -133,32 +138,35 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// fill writes n committed keys straight into the file, in big sorted
-// transactions: building ten million keys through Commit would measure the
-// commit path, not the reopen.
+// fill writes n committed keys straight into the file as groups of 1000,
+// as a busy store writes them: building ten million keys through Commit
+// would measure the commit path, not the reopen.
 func fill(b *testing.B, s *Store, n int, exp time.Time) {
-	const chunk = 200_000
+	const group, perTx = 1000, 200
 	base := exp.UnixNano()
-	for done := 0; done < n; done += chunk {
-		m := min(chunk, n-done)
-		recs := make([][]byte, m)
-		for i := range recs {
-			k := benchKey()
-			r := make([]byte, recKeyLen)
-			binary.BigEndian.PutUint64(r, uint64(base+int64(done+i)*1000))
-			copy(r[8:], k[:])
-			recs[i] = r
-		}
-		sort.Slice(recs, func(i, j int) bool { return string(recs[i]) < string(recs[j]) })
+	for done := 0; done < n; {
 		err := s.w.db.Update(func(tx *bolt.Tx) error {
-			bk := tx.Bucket(bucketKeys)
-			bk.FillPercent = 0.9
-			for _, r := range recs {
-				if err := bk.Put(r, []byte{1, 0, 0, 0}); err != nil {
+			bk := tx.Bucket(bucketGroups)
+			for range perTx {
+				m := min(group, n-done)
+				if m == 0 {
+					return nil
+				}
+				v := make([]byte, m*recLen)
+				var maxExp int64
+				for i := range m {
+					r := rec{exp: base + int64(done+i)*1000, tag: 1}
+					putRec(v[i*recLen:], benchKey(), r)
+					maxExp = r.exp
+				}
+				seq, _ := bk.NextSequence()
+				k := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(maxExp)), seq)
+				if err := bk.Put(k, v); err != nil {
 					return err
 				}
+				done += m
 			}
-			return bk.SetSequence(bk.Sequence() + uint64(m))
+			return nil
 		})
 		if err != nil {
 			b.Fatal(err)

@@ -93,26 +93,32 @@ func TestFileHeldByAnotherStore(t *testing.T) {
 
 // TestSweepReadsOnlyExpired: after a sweep, expired keys are gone from the
 // file and the index, live ones stay, and the sweep looked at the expired
-// records plus the first live one only.
+// group and the first live one only.
 func TestSweepReadsOnlyExpired(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
 	s := open(t, path, Options{SweepEvery: time.Hour}) // no background sweep here
 	now := time.Now()
 	const expired, live = 300, 700
-	var wg sync.WaitGroup // concurrent commits share fsyncs
-	for i := range expired + live {
-		k := dedup.KeyOf(fmt.Sprint(i))
-		exp := now.Add(time.Duration(i+1) * time.Millisecond)
-		if i >= expired {
-			exp = now.Add(time.Hour + time.Duration(i)*time.Millisecond)
-		}
-		wg.Go(func() {
-			if err := s.Commit(context.Background(), k, "m", exp); err != nil {
-				t.Error(err)
-			}
-		})
+	// Three groups, as three busy moments would write them: the expired
+	// keys, then the live ones in two.
+	var groups [3]*group
+	for i := range groups {
+		groups[i] = newGroup()
 	}
-	wg.Wait()
+	for i := range expired + live {
+		g, r := groups[0], rec{exp: now.Add(time.Duration(i+1) * time.Millisecond).UnixNano(), tag: 1}
+		if i >= expired {
+			g, r.exp = groups[1+i%2], now.Add(time.Hour+time.Duration(i)*time.Millisecond).UnixNano()
+		}
+		k := dedup.KeyOf(fmt.Sprint(i))
+		g.keys, g.recs = append(g.keys, k), append(g.recs, r)
+		s.shard(k).setDone(k, r)
+	}
+	for _, g := range groups {
+		if s.w.write(g, 0); g.err != nil {
+			t.Fatal(g.err)
+		}
+	}
 	s.w.examined.Store(0)
 	n, err := s.Sweep(context.Background(), now.Add(time.Minute))
 	if err != nil {
@@ -121,15 +127,15 @@ func TestSweepReadsOnlyExpired(t *testing.T) {
 	if n != expired {
 		t.Fatalf("swept %d, want %d", n, expired)
 	}
-	if got := s.w.examined.Load(); got != expired+1 {
-		t.Fatalf("sweep examined %d records, want %d (the expired ones and one live)", got, expired+1)
+	if got := s.w.examined.Load(); got != 2 {
+		t.Fatalf("sweep examined %d groups, want 2 (the expired one and one live)", got)
 	}
 	if got := s.Len(); got != live {
 		t.Fatalf("index holds %d keys after sweep, want %d", got, live)
 	}
 	// A claim judged at a time when the expired keys were still live says
 	// proceed: they are gone, as a sweep at now+1m says they should be.
-	if v := claim(t, s, dedup.KeyOf("0"), "m", now.Add(time.Minute)); v.Status != dedup.Proceed {
+	if v := claim(t, s, dedup.KeyOf("0"), "m", now); v.Status != dedup.Proceed {
 		t.Fatalf("swept key: %v", v.Status)
 	}
 	if v := claim(t, s, dedup.KeyOf(fmt.Sprint(expired)), "m", now.Add(time.Minute)); v.Status != dedup.Duplicate {

@@ -1,7 +1,6 @@
 package disk
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -19,19 +18,39 @@ import (
 )
 
 var (
-	bucketKeys = []byte("keys-by-expiry")
-	bucketMeta = []byte("meta")
-	keyVersion = []byte("version")
+	bucketGroups = []byte("groups-by-expiry")
+	bucketMeta   = []byte("meta")
+	keyVersion   = []byte("version")
 )
 
+// The file holds one bbolt entry per group commit: the key is the largest
+// expiry in the group (8 bytes, big-endian) and a sequence number (8 bytes),
+// the value the group's records, recLen bytes each.
 const (
-	formatVersion = 1
-	recKeyLen     = 8 + len(dedup.Key{}) // big-endian expiry, then the key
-	recValLen     = 4                    // message tag
-	// idleSweep bounds one idle sweep transaction, so a commit that
-	// arrives behind it waits milliseconds, not the whole backlog.
+	formatVersion = 2
+	groupKeyLen   = 16
+	recLen        = 16 + 8 + 4 // dedup key, expiry (Unix ns, big-endian), tag (little-endian)
+	// idleSweep bounds the records one idle sweep transaction deletes, so
+	// a commit that arrives behind it waits milliseconds, not the backlog.
 	idleSweep = 20000
 )
+
+func putRec(b []byte, k dedup.Key, r rec) {
+	copy(b, k[:])
+	binary.BigEndian.PutUint64(b[16:], uint64(max(r.exp, 0)))
+	binary.LittleEndian.PutUint32(b[24:], r.tag)
+}
+
+func getRec(b []byte) (dedup.Key, rec) {
+	var k dedup.Key
+	copy(k[:], b)
+	return k, rec{
+		exp: int64(binary.BigEndian.Uint64(b[16:])),
+		tag: max(binary.LittleEndian.Uint32(b[24:]), 1), // 0 marks a free slot in the index
+	}
+}
+
+func groupExp(k []byte) int64 { return int64(binary.BigEndian.Uint64(k)) }
 
 // writer owns the bbolt file: the one goroutine that writes it, grouping
 // concurrent commits into one transaction, and the sweep.
@@ -49,9 +68,12 @@ type writer struct {
 	stop   chan struct{}
 	exited chan struct{}
 
-	// examined counts records the sweeps looked at, so a test can check
+	// examined counts groups the sweeps looked at, so a test can check
 	// that sweeping never walks the live keys.
 	examined atomic.Int64
+	// txs and keys count write transactions and the commits they carried:
+	// keys/txs is the group-commit factor.
+	txs, keys atomic.Int64
 }
 
 // group is the set of commits that share one transaction and one fsync.
@@ -123,22 +145,21 @@ func (w *writer) init() error {
 		} else if err := meta.Put(keyVersion, binary.BigEndian.AppendUint32(nil, formatVersion)); err != nil {
 			return err
 		}
-		_, err = tx.CreateBucketIfNotExists(bucketKeys)
+		_, err = tx.CreateBucketIfNotExists(bucketGroups)
 		return err
 	})
 }
 
-// load rebuilds the index from the file, a chunk of records at a time.
-// Inserting records straight into the tables in file order would touch a
-// random spot of hundreds of megabytes per key, a cache and TLB miss each
-// (measured: 30 s for 10M keys under load); instead each chunk is split by
-// shard into flat slices (sequential writes), then every shard's table
-// takes its slice, within a megabyte or two. One goroutine indexes a chunk
-// while the cursor fills the other buffer, so on two cores the load takes
-// about as long as the longer of the two. The buffers are reused: fresh
-// pages cost a fault each, which on a busy VM was much of the time.
-// Records come in expiry order, so a key committed twice ends with its
-// later expiry, as Commit keeps it.
+// load rebuilds the index from the file. Inserting records straight into
+// the tables in file order would touch a random spot of hundreds of
+// megabytes per key, a cache and TLB miss each (measured: 30 s for 10M keys
+// under load); instead a chunk of records is split by shard into flat
+// slices (sequential writes), then every shard's table takes its slice,
+// within a megabyte or two. One goroutine indexes a chunk while the cursor
+// fills the other buffer, so on two cores the load takes about as long as
+// the longer of the two. The buffers are reused: fresh pages cost a fault
+// each, which on a busy VM was much of the time. A key committed twice
+// keeps its later expiry, as Commit keeps it.
 func (w *writer) load(ctx context.Context) (int, error) {
 	const (
 		nshards = 1 << shardBits
@@ -148,12 +169,12 @@ func (w *writer) load(ctx context.Context) (int, error) {
 	var bufs [2][nshards][]loadRec
 	var indexer sync.WaitGroup
 	index := func(parts *[nshards][]loadRec) {
-		indexer.Wait() // the previous chunk first: later records win
+		indexer.Wait()
 		indexer.Go(func() {
 			for i := range parts {
 				sh := &w.s.shards[i]
 				for _, r := range parts[i] {
-					sh.setDone(r.k, rec{exp: r.exp, tag: r.tag}) // not shared yet: no lock
+					sh.setDone(r.k, r.rec) // not shared yet: no lock
 				}
 				parts[i] = parts[i][:0]
 			}
@@ -161,28 +182,29 @@ func (w *writer) load(ctx context.Context) (int, error) {
 	}
 	n := 0
 	err := w.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketKeys)
-		// The sequence holds an estimate of the record count: size the
-		// tables once rather than grow ten million keys step by step.
-		per := int(b.Sequence() / nshards)
+		c := tx.Bucket(bucketGroups).Cursor()
+		// Count first (one step per group, not per record) to size the
+		// tables once rather than grow them ten million keys long.
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(k) != groupKeyLen || len(v)%recLen != 0 {
+				return fmt.Errorf("corrupt group %x (%d bytes)", k, len(v))
+			}
+			n += len(v) / recLen
+		}
+		per := n / nshards
 		for i := range w.s.shards {
 			w.s.shards[i].done = newIndex(per + per/16)
 		}
-		c := b.Cursor()
 		cur, inChunk := 0, 0
 		parts := &bufs[cur]
 		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if len(k) != recKeyLen || len(v) != recValLen {
-				return fmt.Errorf("corrupt record %x=%x", k, v)
+			inChunk += len(v) / recLen
+			for ; len(v) > 0; v = v[recLen:] {
+				key, r := getRec(v)
+				i := key.Hi() >> (64 - shardBits)
+				parts[i] = append(parts[i], loadRec{key, r})
 			}
-			var r loadRec
-			r.exp = int64(binary.BigEndian.Uint64(k))
-			copy(r.k[:], k[8:])
-			r.tag = max(binary.LittleEndian.Uint32(v), 1) // 0 marks a free slot
-			i := r.k.Hi() >> (64 - shardBits)
-			parts[i] = append(parts[i], r)
-			n++
-			if inChunk++; inChunk == chunk {
+			if inChunk >= chunk {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -203,9 +225,8 @@ func (w *writer) load(ctx context.Context) (int, error) {
 }
 
 type loadRec struct {
-	k   dedup.Key
-	exp int64
-	tag uint32
+	k dedup.Key
+	rec
 }
 
 // put queues one commit and waits until its group is durable.
@@ -274,9 +295,11 @@ func (w *writer) loop() {
 	}
 }
 
-// write commits a group in one transaction, sweeping up to twice as many
-// expired records as it adds (so the file shrinks as fast as it grows) at
-// no extra fsync. It reports whether expired records remain.
+// write commits a group as one bbolt entry in one transaction: one Put of
+// one contiguous value, however many commits share it (a Put per commit
+// made bbolt's B+tree work, not the fsync, the limit). It also sweeps up
+// to twice as many expired records as it adds, so the file shrinks as fast
+// as it grows, at no extra fsync. It reports whether expired groups remain.
 func (w *writer) write(g *group, now int64) (more bool) {
 	defer close(g.done)
 	limit := 2*len(g.keys) + 256
@@ -288,34 +311,26 @@ func (w *writer) write(g *group, now int64) (more bool) {
 	}
 	var swept []sweptKey
 	g.err = w.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketKeys)
-		// Keys arrive nearly in order, so full pages stay full.
-		b.FillPercent = 0.9
-		// bbolt keeps the slices until the transaction ends: one slab.
-		const size = recKeyLen + recValLen
-		buf := make([]byte, len(g.keys)*size)
-		recs := make([][]byte, len(g.keys))
-		for i, k := range g.keys {
-			r := buf[i*size : (i+1)*size]
-			binary.BigEndian.PutUint64(r, uint64(max(g.recs[i].exp, 0)))
-			copy(r[8:], k[:])
-			binary.LittleEndian.PutUint32(r[recKeyLen:], g.recs[i].tag)
-			recs[i] = r
-		}
-		// In key order, each Put lands on the leaf the last one touched.
-		slices.SortFunc(recs, func(x, y []byte) int { return bytes.Compare(x[:recKeyLen], y[:recKeyLen]) })
-		for _, r := range recs {
-			if err := b.Put(r[:recKeyLen], r[recKeyLen:]); err != nil {
+		b := tx.Bucket(bucketGroups)
+		if len(g.keys) > 0 {
+			v := make([]byte, len(g.keys)*recLen)
+			var maxExp int64
+			for i, k := range g.keys {
+				putRec(v[i*recLen:], k, g.recs[i])
+				maxExp = max(maxExp, g.recs[i].exp)
+			}
+			seq, err := b.NextSequence()
+			if err != nil {
+				return err
+			}
+			k := binary.BigEndian.AppendUint64(nil, uint64(max(maxExp, 0)))
+			if err := b.Put(binary.BigEndian.AppendUint64(k, seq), v); err != nil {
 				return err
 			}
 		}
 		var err error
 		swept, more, err = w.sweepTx(b, now, limit)
-		if err != nil {
-			return err
-		}
-		seq := b.Sequence() + uint64(len(g.keys))
-		return b.SetSequence(seq - min(seq, uint64(len(swept))))
+		return err
 	})
 	if g.err != nil {
 		// A failed write (disk full, I/O error) may heal: callers nack and
@@ -324,6 +339,8 @@ func (w *writer) write(g *group, now int64) (more bool) {
 		g.err = fmt.Errorf("write state file: %w: %w", dedup.ErrUnavailable, g.err)
 		return false
 	}
+	w.txs.Add(1)
+	w.keys.Add(int64(len(g.keys)))
 	w.s.forget(swept)
 	if len(swept) > 0 {
 		w.log.Debug("swept expired keys", "n", len(swept))
@@ -331,44 +348,46 @@ func (w *writer) write(g *group, now int64) (more bool) {
 	return more
 }
 
-// expiredAny reports whether the oldest record has expired by now.
+// expiredAny reports whether the oldest group has expired by now.
 func (w *writer) expiredAny(now int64) bool {
 	any := false
 	_ = w.db.View(func(tx *bolt.Tx) error {
-		k, _ := tx.Bucket(bucketKeys).Cursor().First()
-		any = k != nil && int64(binary.BigEndian.Uint64(k)) <= now
+		k, _ := tx.Bucket(bucketGroups).Cursor().First()
+		any = k != nil && groupExp(k) <= now
 		return nil
 	})
 	return any
 }
 
-// sweepTx deletes up to limit records that expired by now (expiry <= now,
-// as a claim at now would find them expired). Records are ordered by
-// expiry, so it reads the expired ones and the first live one, no more.
+// sweepTx deletes the groups whose every record expired by now (expiry <=
+// now, as a claim at now would find them expired), up to about limit
+// records. Groups are ordered by their latest expiry, so it reads the
+// expired ones and the first live one, no more. A group lives until its
+// last record expires: the index judges each record by its own expiry, so
+// the others only linger on disk, by about the lease at most.
 func (w *writer) sweepTx(b *bolt.Bucket, now int64, limit int) ([]sweptKey, bool, error) {
 	var swept []sweptKey
+	var dead [][]byte
 	more := false
 	c := b.Cursor()
-	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+	for k, v := c.First(); k != nil; k, v = c.Next() {
 		w.examined.Add(1)
-		exp := int64(binary.BigEndian.Uint64(k))
-		if exp > now {
+		if groupExp(k) > now {
 			break
 		}
-		if len(swept) == limit {
+		if len(swept) > 0 && len(swept)+len(v)/recLen > limit {
 			more = true
 			break
 		}
-		var key dedup.Key
-		copy(key[:], k[8:])
-		swept = append(swept, sweptKey{k: key, exp: exp})
+		for ; len(v) >= recLen; v = v[recLen:] {
+			key, r := getRec(v)
+			swept = append(swept, sweptKey{k: key, exp: r.exp})
+		}
+		dead = append(dead, slices.Clone(k))
 	}
-	// Deleting under a moving cursor skips records in bbolt; delete after.
-	kb := make([]byte, recKeyLen)
-	for _, x := range swept {
-		binary.BigEndian.PutUint64(kb, uint64(max(x.exp, 0)))
-		copy(kb[8:], x.k[:])
-		if err := b.Delete(kb); err != nil {
+	// Deleting under a moving cursor skips entries in bbolt; delete after.
+	for _, k := range dead {
+		if err := b.Delete(k); err != nil {
 			return nil, false, err
 		}
 	}
@@ -386,13 +405,9 @@ func (w *writer) sweepAll(ctx context.Context, now int64) (int, error) {
 		var swept []sweptKey
 		more := false
 		err := w.db.Update(func(tx *bolt.Tx) error {
-			b := tx.Bucket(bucketKeys)
 			var err error
-			swept, more, err = w.sweepTx(b, now, idleSweep)
-			if err != nil {
-				return err
-			}
-			return b.SetSequence(b.Sequence() - min(b.Sequence(), uint64(len(swept))))
+			swept, more, err = w.sweepTx(tx.Bucket(bucketGroups), now, idleSweep)
+			return err
 		})
 		if err != nil {
 			return total, fmt.Errorf("sweep state file: %w", err)

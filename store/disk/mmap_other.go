@@ -1,0 +1,5 @@
+//go:build !linux
+
+package disk
+
+const mmapFlags = 0
