@@ -204,10 +204,14 @@ func (e *env) setup(ctx context.Context) error {
 		return fmt.Errorf("the go command is needed to build the pipeline and run package benchmarks: %w", err)
 	}
 	out, err := exec.CommandContext(ctx, e.goBin, "env", "GOMOD").Output()
-	if err != nil || strings.TrimSpace(string(out)) == "" || strings.TrimSpace(string(out)) == os.DevNull {
-		return fmt.Errorf("run the benchmark inside the dedupflow module (go env GOMOD: %v)", err)
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %w", err)
 	}
-	e.root = filepath.Dir(strings.TrimSpace(string(out)))
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return errors.New("run the benchmark inside the dedupflow module: it builds ./cmd/dedupflow and runs the packages' benchmarks")
+	}
+	e.root = filepath.Dir(gomod)
 	if e.tmp, err = os.MkdirTemp("", "dedupflow-bench-"); err != nil {
 		return fmt.Errorf("make scratch folder: %w", err)
 	}
