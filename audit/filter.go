@@ -162,7 +162,17 @@ func New(opt Options) (*Filter, error) {
 // Horizon is how long keys are remembered (at least).
 func (f *Filter) Horizon() time.Duration { return f.opt.Horizon }
 
+// earliest and latest bound the times Unix nanoseconds can hold (years
+// 1677 to 2262); times beyond are clamped, so they land in the oldest or
+// newest epoch instead of wrapping around.
+var earliest, latest = time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
+
 func (f *Filter) epoch(t time.Time) int64 {
+	if t.Before(earliest) {
+		t = earliest
+	} else if t.After(latest) {
+		t = latest
+	}
 	n := t.UnixNano()
 	e := n / f.width
 	if n%f.width < 0 {

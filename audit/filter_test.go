@@ -302,3 +302,18 @@ func TestTakeDirtyAndMerge(t *testing.T) {
 		t.Fatal("MarkDirty did not mark")
 	}
 }
+
+// Times beyond Unix nanoseconds (event times of year 1 or 9999) do not
+// wrap the generations around.
+func TestExtremeTimes(t *testing.T) {
+	f := newFilter(t, audit.Options{Horizon: 8 * time.Hour, Capacity: 1000})
+	k := dedup.KeyOf("k")
+	f.Add(k, t0)
+	f.Add(dedup.KeyOf("old"), time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC))
+	if !f.Contains(k, t0) || f.Contains(dedup.KeyOf("old"), t0) {
+		t.Fatal("an add in year 1 disturbed the window")
+	}
+	if f.Contains(k, time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatal("a lookup in year 9999 still sees today's key")
+	}
+}

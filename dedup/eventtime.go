@@ -98,9 +98,23 @@ func newWatermark(lateness time.Duration, now func() time.Time) *watermark {
 	return w
 }
 
+// earliest is the earliest time Unix nanoseconds can hold (the year 1677);
+// event times before it (timestamps accept year 1) cannot advance the
+// watermark, and are judged too late once there is one.
+var earliest = time.Unix(0, math.MinInt64)
+
 // observe folds in one event time and returns the watermark after it.
 func (w *watermark) observe(et time.Time) time.Time {
-	t := min(et.UnixNano(), w.now().UnixNano())
+	if et.Before(earliest) {
+		wm, _ := w.get()
+		return wm
+	}
+	// Compared as times: et may be past 2262, where UnixNano overflows.
+	now := w.now()
+	t := now.UnixNano()
+	if et.Before(now) {
+		t = et.UnixNano()
+	}
 	for cur := w.max.Load(); t > cur; cur = w.max.Load() {
 		if w.max.CompareAndSwap(cur, t) {
 			break
@@ -109,11 +123,12 @@ func (w *watermark) observe(et time.Time) time.Time {
 	return time.Unix(0, w.max.Load()).Add(-w.lateness)
 }
 
-// get returns the watermark, and false before any event was seen.
+// get returns the watermark, and false before any event was seen (the
+// watermark is then the earliest time, which judges everything).
 func (w *watermark) get() (time.Time, bool) {
 	m := w.max.Load()
 	if m == math.MinInt64 {
-		return time.Time{}, false
+		return earliest, false
 	}
 	return time.Unix(0, m).Add(-w.lateness), true
 }

@@ -147,3 +147,28 @@ func TestParseTimeDomainAndLate(t *testing.T) {
 		t.Error("negative lateness accepted")
 	}
 }
+
+// Timestamps are accepted from year 1 to 9999, beyond what Unix
+// nanoseconds hold: they must not wrap the watermark around.
+func TestEventTimeExtremes(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	d := must(dedup.New(mem.New(), dedup.Options{Horizon: time.Minute, Now: func() time.Time { return now },
+		Domain: dedup.EventTime, AllowedLateness: time.Second}))
+	ancient := time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, _, err := d.ClaimEvent(ctx, dedup.KeyOf("a"), "m1", ancient); !errors.Is(err, dedup.ErrTooLate) {
+		t.Fatalf("year 1 as the first event: %v, want too late", err)
+	}
+	if _, ok := d.Watermark(); ok {
+		t.Fatal("year 1 set a watermark")
+	}
+	if v, _, err := d.ClaimEvent(ctx, dedup.KeyOf("b"), "m2", time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)); err != nil || v.Status != dedup.Proceed {
+		t.Fatalf("year 9999: %v, %v", v.Status, err)
+	}
+	if wm, ok := d.Watermark(); !ok || !wm.Equal(now.Add(-time.Second)) {
+		t.Fatalf("watermark %v after a year-9999 event, want the clock minus the lateness", wm)
+	}
+	if v, _, err := d.ClaimEvent(ctx, dedup.KeyOf("c"), "m3", now); err != nil || v.Status != dedup.Proceed {
+		t.Fatalf("an event now after one far in the future: %v, %v", v.Status, err)
+	}
+}
