@@ -2,7 +2,6 @@ package disk
 
 import "syscall"
 
-// mmapFlags asks the kernel to map the whole file at once: loading touches
-// every page anyway, and one populate pass is much cheaper than a page
-// fault per 4 KiB (measured 6.6 s → see BenchmarkReopen in the report).
+// mmapFlags asks the kernel to map the whole file up front: Open reads
+// every page anyway, and one populate pass spares a page fault per 4 KiB.
 const mmapFlags = syscall.MAP_POPULATE
