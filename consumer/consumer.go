@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/backoff"
 )
 
 // HandlerFunc handles one message. Its return value decides the message's
@@ -182,7 +183,7 @@ type Dedup struct {
 	log   *slog.Logger
 	now   func() time.Time
 	m     *metrics
-	store *health
+	store *backoff.Tracker
 }
 
 // New validates opt and returns a Dedup over store under which f succeeds
@@ -212,7 +213,7 @@ func New(store dedup.Store, opt Options, f HandlerFunc) (*Dedup, error) {
 		dd:   dd, f: f, log: opt.Logger, now: opt.Now,
 		m: newMetrics(),
 	}
-	d.store = newHealth("dedup store", d.log, d.now)
+	d.store = backoff.NewTracker("dedup store", "holding messages, nacking and backing off", d.log, d.now)
 	if opt.Registerer != nil {
 		if err := opt.Registerer.Register(d.m); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -236,7 +237,7 @@ func (d *Dedup) Counts() Counts { return d.m.snapshot() }
 
 // Ready reports whether the store answered the last claim; use it for a
 // readiness probe. While it is false, messages are held back and nacked.
-func (d *Dedup) Ready() bool { return d.store.ready() }
+func (d *Dedup) Ready() bool { return d.store.Ready() }
 
 type keyCtx struct{}
 

@@ -8,6 +8,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/backoff"
 )
 
 const (
@@ -86,7 +87,7 @@ func (d *Dedup) handle(ctx context.Context, m *pubsub.Message) Outcome {
 		return d.run(ctx, m, "", nil)
 	}
 
-	if err := d.store.wait(ctx); err != nil {
+	if err := d.store.Wait(ctx); err != nil {
 		return Retried // shutting down during a pause
 	}
 	start := d.now()
@@ -96,13 +97,13 @@ func (d *Dedup) handle(ctx context.Context, m *pubsub.Message) Outcome {
 		if ctx.Err() != nil {
 			return Retried // Receive is shutting down; the store is fine
 		}
-		d.store.fail(err)
+		d.store.Fail(err)
 		// Hold the message through the pause instead of nacking it at
 		// once: it would come straight back and find the store still down.
-		_ = d.store.wait(ctx)
+		_ = d.store.Wait(ctx)
 		return Retried
 	}
-	d.store.ok()
+	d.store.OK()
 	switch v.Status {
 	case dedup.Duplicate:
 		o := DuplicateRepublish
@@ -213,10 +214,5 @@ func view(m *pubsub.Message) *pubsub.Message {
 // hold waits about d (jittered, so replicas do not retry in step) or
 // until ctx is done.
 func hold(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d/2 + rand.N(d/2+1))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	_ = backoff.Sleep(ctx, d/2+rand.N(d/2+1))
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/backoff"
 )
 
 // Attributes the pipeline sets on dead-lettered messages.
@@ -95,8 +96,8 @@ type Pipeline struct {
 	log   *slog.Logger
 	now   func() time.Time
 	m     *metrics
-	store *health
-	out   *health
+	store *backoff.Tracker
+	out   *backoff.Tracker
 	audit *audit.Filter // nil: no audit horizon
 
 	auditTarget audit.Target // nil: the audit is not kept across restarts
@@ -154,8 +155,8 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 			p.cfg.AuditSnapshotEvery = DefaultAuditSnapshotEvery
 		}
 	}
-	p.store = newHealth("dedup store", p.log, d.Now)
-	p.out = newHealth("sink", p.log, d.Now)
+	p.store = backoff.NewTracker("dedup store", "nacking and backing off", p.log, d.Now)
+	p.out = backoff.NewTracker("sink", "nacking and backing off", p.log, d.Now)
 	if d.Registerer != nil {
 		if err := d.Registerer.Register(p.m); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -168,7 +169,7 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 func (p *Pipeline) Counts() Counts { return p.m.snapshot() }
 
 // Ready reports whether the store and the sink are reachable.
-func (p *Pipeline) Ready() bool { return p.store.ready() && p.out.ready() }
+func (p *Pipeline) Ready() bool { return p.store.Ready() && p.out.Ready() }
 
 // Receiver is the input: a *pubsub.Subscriber.
 type Receiver interface {
@@ -228,7 +229,7 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 	m.Key = key
 	n := &note{k: dedup.KeyOf(key), at: p.auditTime(m)}
 
-	if err := p.store.wait(ctx); err != nil {
+	if err := p.store.Wait(ctx); err != nil {
 		return Retried
 	}
 	start := p.now()
@@ -238,10 +239,10 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 	}
 	p.m.storeTime.Observe(since(start, p.now()))
 	if err != nil {
-		p.store.fail(err)
+		p.store.Fail(err)
 		return Retried
 	}
-	p.store.ok()
+	p.store.OK()
 	switch v.Status {
 	case dedup.Duplicate:
 		o := DuplicateRepublish
@@ -324,7 +325,7 @@ func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *not
 		}
 		m.Attributes = attrs
 	}
-	err := p.out.wait(ctx)
+	err := p.out.Wait(ctx)
 	if err == nil {
 		// The write outlives a shutdown signal: finishing it (and acking)
 		// is better than leaving a key pending until its lease runs out.
@@ -346,11 +347,11 @@ func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *not
 			return p.deadLetter(ctx, m, err)
 		}
 		if ctx.Err() == nil {
-			p.out.fail(err)
+			p.out.Fail(err)
 		}
 		return Retried
 	}
-	p.out.ok()
+	p.out.OK()
 	if n != nil && p.audit != nil {
 		p.audit.Add(n.k, n.at)
 		if n.suspect {

@@ -35,6 +35,8 @@ type job struct {
 	state          string
 	sink           string
 	table          string
+	onConflict     string
+	stdout         io.Writer // for --sink stdout
 	shadow         bool
 	maxOutstanding int
 	metricsAddr    string
@@ -59,9 +61,10 @@ func (j *job) register(fs *flag.FlagSet) {
 	fs.StringVar(&j.outIDAttr, "output-id-attribute", "", "attribute carrying the key on outputs (default: --id-attribute, or dedupflow_id)")
 	fs.DurationVar(&j.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
 	fs.StringVar(&j.missing, "missing-id", "fallback", "a message without the id attribute: fallback (to the message ID), reject (dead-letter) or pass")
-	fs.StringVar(&j.state, "state", "mem", "where the horizon lives: mem")
-	fs.StringVar(&j.sink, "sink", "pubsub", "where survivors go: pubsub (the output topic)")
+	fs.StringVar(&j.state, "state", "mem", "where the horizon lives: mem, file:PATH (survives restarts) or redis://host:port/db (shared by replicas)")
+	fs.StringVar(&j.sink, "sink", "pubsub", "where survivors go: pubsub (the output topic), stdout (JSON lines) or postgres://… (see --table)")
 	fs.StringVar(&j.table, "table", "events", "table of a database sink")
+	fs.StringVar(&j.onConflict, "on-conflict", "nothing", "database sink, key already written: nothing (keep the first row) or update (last write wins)")
 	fs.BoolVar(&j.shadow, "shadow", false, "decide and count duplicates but emit every message")
 	fs.IntVar(&j.maxOutstanding, "max-outstanding", 1000, "messages held at once")
 	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
@@ -222,13 +225,14 @@ func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	if _, _, _, _, err := j.names(); err != nil {
+	in, _, _, _, err := j.names()
+	if err != nil {
 		return err
 	}
 	if _, _, err := j.config(); err != nil {
 		return err
 	}
-	in, _, _, _, _ := j.names()
+	j.stdout = stdout
 	c, err := pubsubio.NewClient(ctx, j.clientProject(in))
 	if err != nil {
 		return err
@@ -259,7 +263,7 @@ func (j *job) run(ctx context.Context, c *pubsub.Client, log *slog.Logger, start
 		return err
 	}
 	cfg.WriteTimeout = dd.Lease() / 2
-	sink, closeSink, err := openSink(ctx, sinkSpec{spec: j.sink, table: j.table, client: c, topic: out, timeout: cfg.WriteTimeout, log: log})
+	sink, closeSink, err := openSink(ctx, sinkSpec{spec: j.sink, table: j.table, onConflict: j.onConflict, stdout: j.stdout, client: c, topic: out, timeout: cfg.WriteTimeout, log: log})
 	if err != nil {
 		return err
 	}
@@ -310,7 +314,7 @@ func (j *job) run(ctx context.Context, c *pubsub.Client, log *slog.Logger, start
 	sub := c.Subscriber(subName.String())
 	sub.ReceiveSettings.MaxOutstandingMessages = j.maxOutstanding
 	sub.ReceiveSettings.NumGoroutines = 2
-	log.Info("pipeline running", "input", subName.String(), "sink", j.sink, "output", out.String(),
+	log.Info("pipeline running", "input", subName.String(), "sink", sinkLabel(j.sink), "output", out.String(),
 		"id_attribute", cfg.Rule.IDAttribute, "horizon", opt.Horizon.String(), "state", j.state, "shadow", cfg.Shadow)
 	if started != nil {
 		started(p)

@@ -1,0 +1,107 @@
+// Package backoff holds how dedupflow waits: a context-aware sleep, and a
+// Tracker that follows one dependency (a store, a sink) and spaces out
+// retries while it is down.
+package backoff
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Sleep waits for d, or until ctx is done.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// Delay is the pause after the n-th failure in a row (n ≥ 1): lo doubling
+// up to hi, jittered into its upper half so that replicas do not retry in
+// step.
+func Delay(n int, lo, hi time.Duration) time.Duration {
+	d := lo << min(max(n-1, 0), 30)
+	if d > hi || d <= 0 {
+		d = hi
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// Tracker follows one dependency. After a failure it holds new work back
+// for a growing pause, so a dependency that is down sees a trickle of
+// probes instead of a storm of redeliveries, and it logs one line per
+// change of state, not one per message.
+type Tracker struct {
+	name    string
+	log     *slog.Logger
+	now     func() time.Time
+	lo, hi  time.Duration
+	downMsg string
+
+	mu       sync.Mutex
+	failures int
+	until    time.Time
+	down     bool
+}
+
+// NewTracker follows the dependency called name; downMsg says what the
+// caller does meanwhile ("nacking and backing off").
+func NewTracker(name, downMsg string, log *slog.Logger, now func() time.Time) *Tracker {
+	return &Tracker{name: name, downMsg: downMsg, log: log, now: now, lo: 100 * time.Millisecond, hi: 5 * time.Second}
+}
+
+// Wait blocks while the dependency is in a pause.
+func (t *Tracker) Wait(ctx context.Context) error {
+	t.mu.Lock()
+	d := t.until.Sub(t.now())
+	t.mu.Unlock()
+	// An injected clock may stand still; never hold longer than one
+	// maximal pause of real time.
+	return Sleep(ctx, min(d, t.hi))
+}
+
+// OK records a success.
+func (t *Tracker) OK() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.failures == 0 {
+		return
+	}
+	t.failures = 0
+	t.until = time.Time{}
+	if t.down {
+		t.down = false
+		t.log.Info(t.name+" reachable again, resuming", "component", t.name)
+	}
+}
+
+// Fail records a failure and starts (or lengthens) a pause.
+func (t *Tracker) Fail(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.failures++
+	if next := t.now().Add(Delay(t.failures, t.lo, t.hi)); next.After(t.until) {
+		t.until = next
+	}
+	if !t.down {
+		t.down = true
+		t.log.Warn(t.name+" unreachable: "+t.downMsg, "component", t.name, "err", err)
+	}
+}
+
+// Ready reports whether the dependency answered last time.
+func (t *Tracker) Ready() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.down
+}

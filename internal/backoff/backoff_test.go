@@ -1,0 +1,46 @@
+package backoff
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+)
+
+func TestDelay(t *testing.T) {
+	lo, hi := 100*time.Millisecond, 5*time.Second
+	for n, want := range map[int]time.Duration{1: lo, 2: 2 * lo, 3: 4 * lo, 7: hi, 100: hi} {
+		for i := 0; i < 50; i++ {
+			if d := Delay(n, lo, hi); d < want/2 || d > want {
+				t.Fatalf("Delay(%d) = %v, want within [%v, %v]", n, d, want/2, want)
+			}
+		}
+	}
+}
+
+func TestTracker(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tr := NewTracker("store", "backing off", slog.New(slog.DiscardHandler), func() time.Time { return now })
+	if !tr.Ready() {
+		t.Fatal("new tracker not ready")
+	}
+	tr.Fail(errors.New("refused"))
+	if tr.Ready() {
+		t.Fatal("ready after a failure")
+	}
+	// The pause is in force: a short deadline ends the wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if err := tr.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait during a pause: %v, want the context's deadline", err)
+	}
+	now = now.Add(time.Minute) // the pause is over
+	if err := tr.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	tr.OK()
+	if !tr.Ready() {
+		t.Fatal("not ready after a success")
+	}
+}
