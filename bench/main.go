@@ -66,7 +66,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.out, "out", "", "write the report here (default BENCHMARKS.md; empty with --quick)")
 	fs.StringVar(&c.plots, "plots", "", "write PNG plots into this folder (default docs/bench; empty with --quick)")
 	fs.IntVar(&c.runs, "runs", 0, "runs of every measurement; the report gives the median (default 3; 1 with --quick)")
-	fs.IntVar(&c.events, "events", 0, "logical events per pipeline run (default 150000; 2000 with --quick)")
+	fs.IntVar(&c.events, "events", 0, "logical events per pipeline run (default 100000; 2000 with --quick)")
 	fs.StringVar(&ratios, "ratios", "", "comma-separated shares of events republished as a second copy (default 0,0.1,0.3,0.6; 0.3 with --quick)")
 	fs.Float64Var(&c.redeliver, "redeliver", 0.02, "share of events whose first ack is lost (redelivered with the same message ID)")
 	fs.StringVar(&c.bento, "bento", "", "path of a Bento binary (absent: Bento is reported as not measured)")
@@ -91,7 +91,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		c.runs = map[bool]int{true: 1, false: 3}[c.quick]
 	}
 	if c.events == 0 {
-		c.events = map[bool]int{true: 2000, false: 150_000}[c.quick]
+		c.events = map[bool]int{true: 2000, false: 100_000}[c.quick]
 	}
 	if c.runs < 1 || c.events < 10 {
 		return c, fmt.Errorf("--runs %d and --events %d must be at least 1 and 10", c.runs, c.events)

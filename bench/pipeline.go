@@ -185,24 +185,35 @@ func measurePipeline(ctx context.Context, c consumer, wl workload, dir string, t
 	s := pipeSample{injected: int(r.inj.injected.Load()), elapsed: end.Sub(first)}
 	s.messagesIn = total + s.injected
 	s.rate = float64(s.messagesIn) / s.elapsed.Seconds()
+	for _, n := range col.seen {
+		s.emitted += n
+	}
+	if c.stats != nil {
+		s.stats = c.stats(ch)
+	}
+	if err := verifyOutputs(wl, col.seen, col.unknown); err != nil {
+		return s, fmt.Errorf("%s: %w", c.name, err)
+	}
+	return s, nil
+}
+
+// verifyOutputs checks that every event's key came out exactly once and
+// nothing else came out.
+func verifyOutputs(wl workload, seen map[string]int, unknown int) error {
 	var leaked, lost []string
 	for e := 0; e < wl.events; e++ {
-		switch n := col.seen[wl.key(e)]; {
+		switch n := seen[wl.key(e)]; {
 		case n == 0:
 			lost = append(lost, wl.key(e))
 		case n > 1:
 			leaked = append(leaked, fmt.Sprintf("%s×%d", wl.key(e), n))
 		}
-		s.emitted += col.seen[wl.key(e)]
 	}
-	if c.stats != nil {
-		s.stats = c.stats(ch)
+	if len(leaked) > 0 || len(lost) > 0 || unknown > 0 || len(seen) != wl.events {
+		return &correctnessError{fmt.Sprintf("%d duplicates leaked %v, %d events lost %v, %d outputs without a key, %d distinct keys for %d events",
+			len(leaked), firstFew(leaked), len(lost), firstFew(lost), unknown, len(seen), wl.events)}
 	}
-	if len(leaked) > 0 || len(lost) > 0 || col.unknown > 0 || len(col.seen) != wl.events {
-		return s, &correctnessError{fmt.Sprintf("%s: %d duplicates leaked %v, %d events lost %v, %d outputs without a key, %d distinct keys for %d events",
-			c.name, len(leaked), firstFew(leaked), len(lost), firstFew(lost), col.unknown, len(col.seen), wl.events)}
-	}
-	return s, nil
+	return nil
 }
 
 func firstFew(s []string) []string {

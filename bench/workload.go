@@ -21,9 +21,10 @@ const (
 // of which is published a second time as a new message with the same key
 // (a publisher retrying after a lost response), and a redeliverRatio share
 // whose first messages are delivered twice with the same message ID (an
-// ack lost on the way back; see injector). The copy follows its original
-// by a random distance of up to spread messages, as a retry does a little
-// later, so copies are sometimes in flight together with their originals.
+// ack lost on the way back; see injector). A copy follows its original
+// after a random number (1 to spread) of further originals, as a retry
+// does a little later, so copies are sometimes in flight together with
+// their originals.
 type workload struct {
 	events         int
 	dupRatio       float64
@@ -51,9 +52,11 @@ func (w workload) plan() []wmsg {
 	spread := max(1, w.spread)
 	// later[i] holds the copies due after the i-th original.
 	later := make(map[int][]int, len(dups))
-	for e := range dups {
-		due := e + 1 + rng.IntN(spread)
-		later[due] = append(later[due], e)
+	for e := 0; e < w.events; e++ { // in order: the draws must not depend on map order
+		if dups[e] {
+			due := e + 1 + rng.IntN(spread)
+			later[due] = append(later[due], e)
+		}
 	}
 	out := make([]wmsg, 0, w.events+len(dups))
 	for e := 0; e < w.events; e++ {

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestPlanIsExactAndCopiesFollowOriginals(t *testing.T) {
+	for _, ratio := range []float64{0, 0.1, 0.3, 0.6, 1} {
+		wl := workload{events: 5000, dupRatio: ratio, redeliverRatio: 0.02, spread: 100, seed: 7, keyPrefix: "t"}
+		msgs := wl.plan()
+		total, copies, redeliver := counts(msgs)
+		wantCopies := int(ratio*5000 + 0.5)
+		if total != 5000+wantCopies || copies != wantCopies || redeliver != 100 {
+			t.Fatalf("ratio %v: %d messages, %d copies, %d redeliveries; want %d, %d, 100", ratio, total, copies, redeliver, 5000+wantCopies, wantCopies)
+		}
+		firstAt := map[int]int{}
+		for i, m := range msgs {
+			if m.copy == 0 {
+				if _, dup := firstAt[m.event]; dup {
+					t.Fatalf("event %d published twice as an original", m.event)
+				}
+				firstAt[m.event] = i
+			}
+		}
+		originals := 0 // originals published so far
+		for i, m := range msgs {
+			if m.copy == 0 {
+				originals++
+			} else {
+				// The copy comes after its original, within spread further originals.
+				if f, ok := firstAt[m.event]; !ok || f > i || originals-1-m.event > wl.spread {
+					t.Fatalf("ratio %v: copy of event %d at %d after %d originals, original at %d (ok %v)", ratio, m.event, i, originals, f, ok)
+				}
+				if m.redeliver {
+					t.Fatalf("a copy is marked for redelivery")
+				}
+			}
+		}
+		if len(firstAt) != 5000 {
+			t.Fatalf("%d originals for 5000 events", len(firstAt))
+		}
+	}
+}
+
+func TestPlanIsReproducible(t *testing.T) {
+	a := workload{events: 1000, dupRatio: 0.3, redeliverRatio: 0.02, spread: 50, seed: 3}.plan()
+	b := workload{events: 1000, dupRatio: 0.3, redeliverRatio: 0.02, spread: 50, seed: 3}.plan()
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("message %d differs: %+v vs %+v", i, a[i], b[i])
+		}
+	}
+}
+
+func TestVerifyOutputs(t *testing.T) {
+	wl := workload{events: 3, keyPrefix: "k"}
+	ok := map[string]int{"k-0": 1, "k-1": 1, "k-2": 1}
+	if err := verifyOutputs(wl, ok, 0); err != nil {
+		t.Fatalf("correct outputs rejected: %v", err)
+	}
+	for name, c := range map[string]struct {
+		seen    map[string]int
+		unknown int
+	}{
+		"leaked duplicate": {map[string]int{"k-0": 2, "k-1": 1, "k-2": 1}, 0},
+		"lost event":       {map[string]int{"k-0": 1, "k-2": 1}, 0},
+		"stranger key":     {map[string]int{"k-0": 1, "k-1": 1, "k-2": 1, "x": 1}, 0},
+		"keyless output":   {ok, 1},
+	} {
+		var ce *correctnessError
+		if err := verifyOutputs(wl, c.seen, c.unknown); !errors.As(err, &ce) {
+			t.Errorf("%s: got %v, want a correctness error", name, err)
+		}
+	}
+}
+
+func TestMedianAndNumbers(t *testing.T) {
+	if m := (row{values: []float64{3, 1, 2}}).median(); m != 2 {
+		t.Errorf("median of 3,1,2 = %v", m)
+	}
+	if m := (row{values: []float64{4, 1, 3, 2}}).median(); m != 2.5 {
+		t.Errorf("median of 4,1,3,2 = %v", m)
+	}
+	for v, want := range map[float64]string{1234567: "1,234,567", 999.94: "999.9", -12345: "-12,345", 30.25: "30.2"} {
+		if got := num(v); got != want {
+			t.Errorf("num(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
