@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+	"github.com/dedupflow/dedupflow/internal/backoff"
 	"github.com/google/uuid"
 )
 
@@ -113,7 +114,7 @@ func (o *Options) Validate() error {
 		o.Now = time.Now
 	}
 	if o.Sleep == nil {
-		o.Sleep = sleepCtx
+		o.Sleep = backoff.Sleep
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

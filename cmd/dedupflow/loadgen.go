@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/term"
 
+	"github.com/dedupflow/dedupflow/internal/backoff"
 	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
@@ -215,7 +216,7 @@ func (g *loadgen) produce(ctx context.Context, queue chan<- inFlight) error {
 		}
 		if g.rate > 0 {
 			due := start.Add(time.Duration(float64(i) / g.rate * float64(time.Second)))
-			if err := sleepUntil(ctx, due); err != nil {
+			if err := backoff.Sleep(ctx, time.Until(due)); err != nil {
 				return err
 			}
 		}
@@ -274,21 +275,6 @@ func (g *loadgen) acked(f inFlight) {
 		}
 	}
 	g.progress.add(1)
-}
-
-func sleepUntil(ctx context.Context, due time.Time) error {
-	d := time.Until(due)
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // loadPayload is size bytes of readable text that starts by naming the
