@@ -89,7 +89,6 @@ if [ -f "$root/testdata/node/package.json" ]; then
   export DEDUPFLOW_NODE_DIR="$root/testdata/node"
 fi
 
-export DEDUPFLOW_REQUIRE_SERVICES=1
 log "go vet"
 go vet ./...
 log "go test"
@@ -97,4 +96,6 @@ go test -race -count=1 -timeout 40m "$@" ./...
 log "fuzz (brief)"
 go test -run '^$' -fuzz '^FuzzParseTimestamp$' -fuzztime 10s ./dedup/
 go test -run '^$' -fuzz '^FuzzKeyOf$' -fuzztime 10s ./dedup/
+go test -run '^$' -fuzz '^FuzzJSONKey$' -fuzztime 10s ./dedup/
+log "benchmark smoke run"
 go run ./bench --quick ${DEDUPFLOW_BENTO:+--bento "$DEDUPFLOW_BENTO"} # every benchmark contender starts and is correct (Bento only when given)
