@@ -52,6 +52,8 @@ type config struct {
 	redis     string
 	only      map[string]bool
 	redeliver float64
+	save      string
+	load      string
 }
 
 // sections the benchmark can run, in order.
@@ -72,6 +74,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.bento, "bento", "", "path of a Bento binary (absent: Bento is reported as not measured)")
 	fs.StringVar(&c.emulator, "emulator", defaultEmulator, "Google's Pub/Sub emulator launcher")
 	fs.StringVar(&c.redis, "redis-server", "redis-server", "redis-server binary")
+	fs.StringVar(&c.save, "save", "", "also save the measurements as JSON here")
+	fs.StringVar(&c.load, "load", "", "measure nothing: draw the report and plots from measurements saved with --save")
 	fs.StringVar(&only, "only", "", "comma-separated sections to run: "+strings.Join(sectionNames, ", ")+" (default all)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -142,9 +146,11 @@ type env struct {
 	machine        machine
 	loadBefore     string
 	loadAfter      string
+	date           string // when the measurements started
 	dedupflowBin   string
-	bentoVersion   string // "" when Bento did not run
-	redisURL       string // "" when Redis is absent
+	bentoVersion   string   // "" when Bento did not run
+	savedArgs      []string // the measuring run's arguments, with --load
+	redisURL       string   // "" when Redis is absent
 	rows           []row
 	absent         []string // contenders not measured, and why
 	failures       []string // correctness failures and broken contenders
@@ -176,6 +182,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	e := &env{cfg: cfg, stdout: stdout, stderr: stderr}
+	if cfg.load != "" {
+		if err := e.load(cfg.load); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		if err := e.writeOutputs(); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
 	if err := e.setup(ctx); err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
@@ -186,6 +203,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	e.loadAfter = loadAverage()
+	if cfg.save != "" {
+		if err := e.save(cfg.save); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+	}
 	if err := e.writeOutputs(); err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
@@ -217,6 +240,7 @@ func (e *env) setup(ctx context.Context) error {
 	}
 	e.machine = readMachine()
 	e.loadBefore = loadAverage()
+	e.date = time.Now().UTC().Format("2006-01-02 15:04 UTC")
 	e.logf("machine: %s; load before: %s", e.machine, e.loadBefore)
 	return nil
 }

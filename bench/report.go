@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // row is one line of a report table: one contender in one group (a
@@ -163,10 +162,14 @@ func (e *env) printSummary() {
 func (e *env) markdown() string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	args := e.savedArgs
+	if args == nil {
+		args = benchArgs(e.cfg)
+	}
 	w("# Benchmarks\n\n")
 	w("Produced by `go run ./bench %s` on %s. Every number is the median of %d runs unless a row says otherwise; "+
 		"every contender ran in the same invocation, interleaved run by run.\n\n",
-		strings.Join(benchArgs(e.cfg), " "), time.Now().UTC().Format("2006-01-02 15:04 UTC"), e.cfg.runs)
+		strings.Join(args, " "), e.date, e.cfg.runs)
 	w("**Machine:** %s.  \n", e.machine)
 	w("**Load:** before the run `%s`; after it `%s`. ", e.loadBefore, e.loadAfter)
 	w("The machine is shared with other engineers' test runs, so absolute numbers are noisy; the ratios between " +
@@ -190,6 +193,7 @@ func (e *env) markdown() string {
 		w("\n")
 	}
 	w("## Targets\n\n%s\n", e.targets())
+	w("%s\n", howTo)
 	for _, s := range sectionsText {
 		rows := e.sectionRows(s.key)
 		if len(rows) == 0 {
@@ -294,3 +298,28 @@ func (e *env) targets() string {
 	}
 	return b.String()
 }
+
+const howTo = `## How to run
+
+` + "```" + `
+go run ./bench --quick                          # smoke test, ~1 min: every contender starts, outputs correct, no files written
+go run ./bench --runs 3 --bento PATH/TO/bento   # full run, ~30 min on 2 cores: writes BENCHMARKS.md and docs/bench/*.png
+go run ./bench --only pipeline --ratios 0.3     # one section, one ratio
+go run ./bench --save r.json ...; go run ./bench --load r.json   # redraw the report and plots without measuring
+` + "```" + `
+
+The bench starts what it needs on loopback ports and stops it, also on Ctrl-C: Google's emulator
+(Debian ` + "`google-cloud-cli-pubsub-emulator`" + `), ` + "`redis-server --save ''`" + `, the pipeline built from this tree,
+and Bento when ` + "`--bento`" + ` names a binary. What is not installed is listed under *Not measured* instead of
+failing the run; a leaked duplicate or a lost message in any run makes it exit non-zero. Bento's module is
+not served by the Go module proxy here, so it has to be built outside this repository from its public source.
+
+**Reading the results.** The pipeline rows are the comparison users face: the same broker, the same input,
+the same output topic, and a correctness check on every run. Bento's ` + "`dedupe`" + ` records a key before the output
+is written (a failed write then loses the message; dedupflow records it only after the write), so it does less
+work per message than the claim/commit protocol; NATS's row is a different shape of system — dedup inside the
+store at publish time, with no consumer, no output topic and no redeliveries — and is shown for scale, not as a
+like-for-like peer. The dedupflow rows' notes give the pipeline's own counters, which tell redeliveries (same
+message ID) from republishes (new message, same key); *received* exceeds *messages in* by the copies that were
+nacked because their original was still being written (they come back and are then dropped as duplicates).
+`
