@@ -1,20 +1,20 @@
 // Package mem is the in-memory dedup store: the default, fastest, and
-// forgotten on restart. Committed keys cost about 30 bytes each (a 128-bit
-// hash, a 32-bit expiry and a 32-bit message-ID tag in a dense table);
-// pending claims, which are few, live in a plain map beside it.
+// forgotten on restart. A key costs about 30 bytes (a 128-bit hash, a
+// 32-bit expiry and a 32-bit message-ID tag in a dense table), claimed or
+// committed alike: a claim is the same slot with a flag, so claim and
+// commit touch one table and nothing else.
 package mem
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
 
 	"github.com/dedupflow/dedupflow/dedup"
 )
 
-// MaxHorizon is the longest horizon this store accepts; ticks are 32 bits
-// of 10 ms and the store rebases them long before they run out.
+// MaxHorizon is the longest horizon this store accepts; ticks are 31 bits
+// of 10 ms (248 days) and the store rebases them before they run out.
 const MaxHorizon = 90 * 24 * time.Hour
 
 const (
@@ -31,17 +31,11 @@ type Store struct {
 }
 
 type shard struct {
-	mu      sync.Mutex
-	t       *table
-	pending map[dedup.Key]pending
-	base    int64  // Unix nanoseconds of tick 0; 0 until first use
-	now     uint32 // latest tick seen, for the sweep
-	_       [24]byte
-}
-
-type pending struct {
-	msgID string
-	until time.Time
+	mu   sync.Mutex
+	t    *table
+	base int64  // Unix nanoseconds of tick 0; 0 until first use
+	now  uint32 // latest tick seen, for the sweep
+	_    [32]byte
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -53,7 +47,6 @@ func New() *Store {
 		// Stagger the shards' sizes so they grow at different moments:
 		// memory then rises smoothly and no single pause rehashes everything.
 		s.shards[i].t = newTable(minSlots + i*4)
-		s.shards[i].pending = make(map[dedup.Key]pending)
 	}
 	return s
 }
@@ -73,7 +66,7 @@ func (sh *shard) tick(t time.Time) uint32 {
 		return 1
 	}
 	ticks := (d + tickNanos - 1) / tickNanos
-	if ticks >= math.MaxUint32 {
+	if ticks > tickMask {
 		delta := uint32((n - baseSlack - sh.base) / tickNanos)
 		sh.t.rebase(delta)
 		sh.base += int64(delta) * tickNanos
@@ -86,6 +79,7 @@ func (sh *shard) tick(t time.Time) uint32 {
 // Claim implements dedup.Store.
 func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
 	hi, lo := c.Key.Hi(), c.Key.Lo()
+	tag := dedup.MsgTag(c.MsgID)
 	sh := s.shard(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -93,43 +87,53 @@ func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
 	if now > sh.now {
 		sh.now = now
 	}
-	if i := sh.t.find(hi, lo); i >= 0 && sh.t.slots[i].exp > now {
+	lease := sh.tick(c.LeaseUntil) | pendingBit
+	i := sh.t.find(hi, lo)
+	if i < 0 {
+		sh.t.add(hi, lo, lease, tag, sh.now)
+		return dedup.Verdict{Status: dedup.Proceed}, nil
+	}
+	e := &sh.t.slots[i]
+	switch {
+	case !e.live(now): // expired commit or abandoned claim
+	case !e.pending():
 		kind := dedup.Republish
-		if sh.t.slots[i].tag == dedup.MsgTag(c.MsgID) {
+		if e.tag == tag {
 			kind = dedup.Redelivery
 		}
 		return dedup.Verdict{Status: dedup.Duplicate, Kind: kind}, nil
+	case e.tag != tag:
+		return dedup.Verdict{Status: dedup.InFlight}, nil
 	}
-	if p, ok := sh.pending[c.Key]; ok {
-		if p.msgID != c.MsgID && c.Now.Before(p.until) {
-			return dedup.Verdict{Status: dedup.InFlight}, nil
-		}
-		sh.pending[c.Key] = pending{msgID: c.MsgID, until: c.LeaseUntil}
-		return dedup.Verdict{Status: dedup.Proceed}, nil
-	}
-	sh.pending[c.Key] = pending{msgID: c.MsgID, until: c.LeaseUntil}
+	e.exp, e.tag = lease, tag
 	return dedup.Verdict{Status: dedup.Proceed}, nil
 }
 
 // Commit implements dedup.Store.
 func (s *Store) Commit(_ context.Context, k dedup.Key, msgID string, expires time.Time) error {
+	hi, lo := k.Hi(), k.Lo()
 	tag := dedup.MsgTag(msgID)
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	exp := sh.tick(expires)
-	delete(sh.pending, k) // done now, whoever held the lease
-	sh.t.put(k.Hi(), k.Lo(), exp, tag, sh.now)
+	if i := sh.t.find(hi, lo); i >= 0 {
+		// Done now, whoever held the claim.
+		sh.t.slots[i].exp, sh.t.slots[i].tag = exp, tag
+		return nil
+	}
+	sh.t.add(hi, lo, exp, tag, sh.now)
 	return nil
 }
 
 // Release implements dedup.Store.
 func (s *Store) Release(_ context.Context, k dedup.Key, msgID string) error {
+	tag := dedup.MsgTag(msgID)
 	sh := s.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if p, ok := sh.pending[k]; ok && p.msgID == msgID {
-		delete(sh.pending, k)
+	if i := sh.t.find(k.Hi(), k.Lo()); i >= 0 && sh.t.slots[i].pending() && sh.t.slots[i].tag == tag {
+		sh.t.remove(i)
 	}
 	return nil
 }
@@ -140,7 +144,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.t.n + len(sh.pending)
+		n += sh.t.n
 		sh.mu.Unlock()
 	}
 	return n

@@ -2,13 +2,25 @@ package mem
 
 import "math/bits"
 
-// entry is one committed key: 24 bytes, so ten million keys fit in about
-// 300 MB. exp is in ticks (see Store.tick); 0 marks an empty slot.
+// entry is one key: 24 bytes, so ten million keys fit in about 300 MB.
+// exp holds the expiry in ticks (see shard.tick) in its low 31 bits and,
+// in its top bit, whether the key is only claimed (pending, exp is then
+// the lease's end) rather than committed; 0 marks an empty slot. tag is the
+// message-ID tag of the claimant or committer.
 type entry struct {
 	hi, lo uint64
 	exp    uint32
 	tag    uint32
 }
+
+const (
+	pendingBit = 1 << 31
+	tickMask   = pendingBit - 1
+)
+
+func (e *entry) until() uint32        { return e.exp & tickMask }
+func (e *entry) pending() bool        { return e.exp&pendingBit != 0 }
+func (e *entry) live(now uint32) bool { return e.until() > now }
 
 // table is an open-addressing hash table with linear probing and Robin Hood
 // displacement. Its size is not a power of two (the slot is picked with a
@@ -74,12 +86,9 @@ func (t *table) find(hi, lo uint64) int {
 	}
 }
 
-// put inserts or overwrites the key. now is the current tick, for the sweep.
-func (t *table) put(hi, lo uint64, exp, tag uint32, now uint32) {
-	if i := t.find(hi, lo); i >= 0 {
-		t.slots[i].exp, t.slots[i].tag = exp, tag
-		return
-	}
+// add inserts a key that find did not find. now is the current tick, for
+// the sweep.
+func (t *table) add(hi, lo uint64, exp, tag uint32, now uint32) {
 	t.sweepSome(now, sweepPer)
 	if float64(t.n+1) > maxLoad*float64(len(t.slots)) {
 		t.resize(int(float64(len(t.slots))*growBy) + 1)
@@ -124,7 +133,7 @@ func (t *table) remove(i int) {
 func (t *table) sweepSome(now uint32, k int) {
 	for ; k > 0; k-- {
 		i := t.sweep
-		if e := &t.slots[i]; e.exp != 0 && e.exp <= now {
+		if e := &t.slots[i]; e.exp != 0 && e.until() <= now {
 			t.remove(i) // a follower may now sit at i: look again next time
 			continue
 		}
@@ -151,7 +160,7 @@ func (t *table) rebase(delta uint32) {
 	t.slots = make([]entry, len(old))
 	t.n, t.sweep = 0, 0
 	for _, e := range old {
-		if e.exp > delta {
+		if e.until() > delta {
 			e.exp -= delta
 			t.insert(e)
 		}
