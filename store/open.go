@@ -32,6 +32,10 @@ type Options struct {
 	// Horizon, when set, is checked against what the store can hold, so a
 	// bad --horizon fails at start with a clear message.
 	Horizon time.Duration
+	// EventTime says the horizon runs on event time: stores that free keys
+	// on their own wall clock (Redis) keep them a horizon longer, so a
+	// watermark that falls behind the wall clock does not outlive them.
+	EventTime bool
 }
 
 // Open opens the store named by spec. Close the returned io.Closer when
@@ -61,7 +65,11 @@ func Open(ctx context.Context, spec string, opt Options) (dedup.Store, io.Closer
 		}
 		return s, s, nil
 	case kindRedis:
-		s, err := redis.Open(ctx, arg, redis.Options{Logger: log})
+		ro := redis.Options{Logger: log}
+		if opt.EventTime {
+			ro.TTLSlack = max(opt.Horizon, time.Minute)
+		}
+		s, err := redis.Open(ctx, arg, ro)
 		if err != nil {
 			return nil, nil, err
 		}

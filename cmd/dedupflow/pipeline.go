@@ -252,7 +252,7 @@ func (j *job) run(ctx context.Context, c *pubsub.Client, log *slog.Logger, start
 	if err != nil {
 		return err
 	}
-	st, closeStore, err := openState(ctx, j.state, j.horizon, log)
+	st, closeStore, err := openState(ctx, j.state, j.horizon, j.timeDomain == "event", log)
 	if err != nil {
 		return err
 	}

@@ -81,6 +81,12 @@ type Options struct {
 	Pipelines int
 	// Timeout bounds one pipeline round trip; default 5s.
 	Timeout time.Duration
+	// TTLSlack is added to the time Redis keeps a committed key. Expiry is
+	// judged by the times passed in, but Redis frees keys on its own wall
+	// clock; with event time the watermark can fall behind the wall clock
+	// (a stalled or slow stream), and without slack Redis would forget
+	// keys that event time still holds.
+	TTLSlack time.Duration
 }
 
 // Store is the Redis store.
@@ -93,6 +99,7 @@ type Store struct {
 	// hw is the latest Claim.Now seen (Unix ms): the clock from which
 	// commit TTLs are measured.
 	hw     atomic.Int64
+	slack  int64 // TTLSlack in ms
 	closed atomic.Bool
 	once   sync.Once
 }
@@ -174,7 +181,7 @@ func New(rdb goredis.UniversalClient, opt Options) *Store {
 	if opt.Timeout <= 0 {
 		opt.Timeout = 5 * time.Second
 	}
-	s := &Store{rdb: rdb, log: opt.Logger, prefix: opt.Prefix}
+	s := &Store{rdb: rdb, log: opt.Logger, prefix: opt.Prefix, slack: opt.TTLSlack.Milliseconds()}
 	s.b = newBatcher(s, opt)
 	return s
 }
@@ -226,7 +233,7 @@ func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires t
 		// TTL from the wall clock; it only decides when Redis frees memory.
 		now = time.Now().UnixMilli()
 	}
-	o := &op{kind: opCommit, key: s.key(k), tag: dedup.MsgTag(msgID), at: exp, ttl: max(exp-now, 1)}
+	o := &op{kind: opCommit, key: s.key(k), tag: dedup.MsgTag(msgID), at: exp, ttl: max(exp-now, 1) + s.slack}
 	if err := s.b.do(ctx, o); err != nil {
 		return fmt.Errorf("commit key %s: %w", k, err)
 	}

@@ -58,6 +58,34 @@ func TestKeysUnderPrefix(t *testing.T) {
 	}
 }
 
+// TestTTLSlack: with event time the watermark can trail the wall clock, so
+// Redis must keep a key longer than the horizon measured from the watermark.
+func TestTTLSlack(t *testing.T) {
+	url := testenv.RedisURL(t)
+	prefix := fmt.Sprintf("dedupflow-test-%d:", time.Now().UnixNano())
+	s := open(t, url+"?prefix="+prefix, Options{TTLSlack: 10 * time.Minute})
+	k := dedup.KeyOf(t.Name())
+	watermark := time.Now().Add(-time.Hour) // an hour behind the wall clock
+	if _, err := s.Claim(context.Background(), dedup.Claim{Key: k, MsgID: "m1", Now: watermark, LeaseUntil: watermark.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(context.Background(), k, "m1", watermark.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := s.rdb.PTTL(context.Background(), prefix+k.String()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl < 10*time.Minute || ttl > 10*time.Minute+3*time.Second {
+		t.Fatalf("TTL %v, want the 2 s horizon plus the 10 min slack", ttl)
+	}
+	// Logically the key is still judged by the times passed in.
+	v, err := s.Claim(context.Background(), dedup.Claim{Key: k, MsgID: "m2", Now: watermark.Add(time.Second), LeaseUntil: watermark.Add(time.Minute)})
+	if err != nil || v.Status != dedup.Duplicate {
+		t.Fatalf("copy inside the event-time horizon: %v, %v; want a duplicate", v.Status, err)
+	}
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
