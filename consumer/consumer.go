@@ -233,7 +233,7 @@ func Handler(store dedup.Store, opt Options, f HandlerFunc) (func(context.Contex
 }
 
 // Counts returns the counters so far.
-func (d *Dedup) Counts() Counts { return d.m.snapshot() }
+func (d *Dedup) Counts() Counts { return d.m.Snapshot() }
 
 // Ready reports whether the store answered the last claim; use it for a
 // readiness probe. While it is false, messages are held back and nacked.

@@ -53,7 +53,7 @@ const (
 // wants a panic treated as a failure can recover it and return an error.
 // The same cleanup runs if the handler calls runtime.Goexit.
 func (d *Dedup) Handle(ctx context.Context, m *pubsub.Message) {
-	d.m.received.Add(1)
+	d.m.Received()
 	settled := false
 	defer func() {
 		if !settled {
@@ -62,13 +62,13 @@ func (d *Dedup) Handle(ctx context.Context, m *pubsub.Message) {
 			// deadline if the process survives. If it does not, the nack
 			// may not be sent; the deadline brings the message back.
 			m.Nack()
-			d.m.count(Retried)
+			d.m.Count(Retried)
 		}
 	}()
 	o := d.handle(ctx, m)
 	settled = true
-	d.m.count(o)
-	if o.acked() {
+	d.m.Count(o)
+	if o.Acked() {
 		m.Ack()
 	} else {
 		m.Nack()
@@ -78,7 +78,7 @@ func (d *Dedup) Handle(ctx context.Context, m *pubsub.Message) {
 func (d *Dedup) handle(ctx context.Context, m *pubsub.Message) Outcome {
 	key, src, missing, err := d.rule.Derive(m.Attributes, m.ID)
 	if missing {
-		d.m.missing(m.Attributes[d.opt.ProducerAttribute])
+		d.m.Missing(m.Attributes[d.opt.ProducerAttribute])
 	}
 	if err != nil {
 		return d.reject(ctx, m, err)

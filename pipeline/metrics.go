@@ -1,33 +1,32 @@
 package pipeline
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/audit"
+	"github.com/dedupflow/dedupflow/internal/outcome"
 )
 
 // Outcome is what became of one received message.
-type Outcome string
+type Outcome = outcome.Outcome
 
 // Outcomes, as counted in dedupflow_messages_total{outcome}.
 const (
-	Emitted             Outcome = "emitted"
-	DuplicateRedelivery Outcome = "duplicate_redelivery"
-	DuplicateRepublish  Outcome = "duplicate_republish"
-	DeadLettered        Outcome = "dead_lettered"
-	InFlightConflict    Outcome = "in_flight_conflict"
+	Emitted             = outcome.Emitted
+	DuplicateRedelivery = outcome.DuplicateRedelivery
+	DuplicateRepublish  = outcome.DuplicateRepublish
+	DeadLettered        = outcome.DeadLettered
+	InFlightConflict    = outcome.InFlightConflict
 	// Retried messages were nacked to come back later: the store or sink
 	// failed, or the message was invalid and no dead-letter topic is set.
-	Retried Outcome = "retried"
+	Retried = outcome.Retried
 )
 
-var outcomes = []Outcome{Emitted, DuplicateRedelivery, DuplicateRepublish, DeadLettered, InFlightConflict, Retried}
-
-// Counts is a snapshot of the pipeline's counters.
+// Counts is a snapshot of the pipeline's counters: the shared outcome
+// counters (outcome.Counts, field for field) and the pipeline's own.
 type Counts struct {
 	Received            int64
 	Emitted             int64
@@ -49,17 +48,12 @@ type Counts struct {
 // metrics holds the counters as atomics, the one source of truth both for
 // Prometheus (through a collector that reads them) and for the console.
 type metrics struct {
-	received  atomic.Int64
-	outcome   [6]atomic.Int64 // indexed like outcomes
-	missingID atomic.Int64
+	outcome.Counter // received, outcomes, missing id
 	// Not outcomes: each of these messages is also counted under the
 	// outcome it had (emitted, dead_lettered), so the outcomes still add
 	// up to received.
 	lateSuspected atomic.Int64
 	tooLate       atomic.Int64
-
-	producersMu sync.Mutex
-	producers   map[string]*atomic.Int64
 
 	latency   prometheus.Histogram // publish → emitted
 	storeTime prometheus.Histogram
@@ -72,7 +66,6 @@ type metrics struct {
 func newMetrics() *metrics {
 	buckets := prometheus.ExponentialBuckets(0.0005, 2, 16)
 	return &metrics{
-		producers: make(map[string]*atomic.Int64),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "dedupflow_end_to_end_latency_seconds", Help: "Time from publish to emitted output.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
@@ -83,45 +76,17 @@ func newMetrics() *metrics {
 	}
 }
 
-func (m *metrics) count(o Outcome) {
-	for i, x := range outcomes {
-		if x == o {
-			m.outcome[i].Add(1)
-			return
-		}
-	}
-}
-
-func (m *metrics) missing(producer string) {
-	m.missingID.Add(1)
-	m.producersMu.Lock()
-	c, ok := m.producers[producer]
-	if !ok {
-		c = new(atomic.Int64)
-		m.producers[producer] = c
-	}
-	m.producersMu.Unlock()
-	c.Add(1)
-}
-
 func (m *metrics) snapshot() Counts {
-	o := func(x Outcome) int64 {
-		for i, y := range outcomes {
-			if x == y {
-				return m.outcome[i].Load()
-			}
-		}
-		return 0
-	}
+	c := m.Snapshot()
 	return Counts{
-		Received:            m.received.Load(),
-		Emitted:             o(Emitted),
-		DuplicateRedelivery: o(DuplicateRedelivery),
-		DuplicateRepublish:  o(DuplicateRepublish),
-		DeadLettered:        o(DeadLettered),
-		InFlightConflict:    o(InFlightConflict),
-		Retried:             o(Retried),
-		MissingID:           m.missingID.Load(),
+		Received:            c.Received,
+		Emitted:             c.Emitted,
+		DuplicateRedelivery: c.DuplicateRedelivery,
+		DuplicateRepublish:  c.DuplicateRepublish,
+		DeadLettered:        c.DeadLettered,
+		InFlightConflict:    c.InFlightConflict,
+		Retried:             c.Retried,
+		MissingID:           c.MissingID,
 
 		LateDuplicateSuspected: m.lateSuspected.Load(),
 		TooLate:                m.tooLate.Load(),
@@ -131,10 +96,6 @@ func (m *metrics) snapshot() Counts {
 func since(t time.Time, now time.Time) float64 { return now.Sub(t).Seconds() }
 
 var (
-	descReceived = prometheus.NewDesc("dedupflow_received_total", "Messages received from the input.", nil, nil)
-	descMessages = prometheus.NewDesc("dedupflow_messages_total", "Received messages by outcome.", []string{"outcome"}, nil)
-	descMissing  = prometheus.NewDesc("dedupflow_missing_id_total",
-		"Messages without the id attribute, by the producer attribute's value.", []string{"producer"}, nil)
 	descHorizon = prometheus.NewDesc("dedupflow_horizon_keys", "Keys held in the dedup horizon.", nil, nil)
 
 	descLateSuspected = prometheus.NewDesc("dedupflow_late_duplicates_suspected_total",
@@ -152,9 +113,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descReceived
-	ch <- descMessages
-	ch <- descMissing
+	m.Counter.Describe(ch)
 	ch <- descHorizon
 	ch <- descLateSuspected
 	ch <- descTooLate
@@ -170,15 +129,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.CounterValue, float64(m.received.Load()))
-	for i, o := range outcomes {
-		ch <- prometheus.MustNewConstMetric(descMessages, prometheus.CounterValue, float64(m.outcome[i].Load()), string(o))
-	}
-	m.producersMu.Lock()
-	for p, c := range m.producers {
-		ch <- prometheus.MustNewConstMetric(descMissing, prometheus.CounterValue, float64(c.Load()), p)
-	}
-	m.producersMu.Unlock()
+	m.Counter.Collect(ch)
 	if m.horizon != nil {
 		ch <- prometheus.MustNewConstMetric(descHorizon, prometheus.GaugeValue, float64(m.horizon()))
 	}

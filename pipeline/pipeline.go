@@ -201,10 +201,10 @@ func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
 // Handle processes one message and reports whether to ack it (true) or
 // nack it so it comes back (false).
 func (p *Pipeline) Handle(ctx context.Context, in *pubsub.Message) bool {
-	p.m.received.Add(1)
+	p.m.Received()
 	o := p.handle(ctx, in)
-	p.m.count(o)
-	return o != Retried && o != InFlightConflict
+	p.m.Count(o)
+	return o.Acked()
 }
 
 func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
@@ -218,7 +218,7 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 	}
 	key, src, missing, err := p.cfg.Rule.DeriveBody(in.Attributes, in.Data, in.ID)
 	if missing {
-		p.m.missing(in.Attributes[p.cfg.ProducerAttribute])
+		p.m.Missing(in.Attributes[p.cfg.ProducerAttribute])
 	}
 	if err != nil {
 		return p.deadLetter(ctx, m, err)

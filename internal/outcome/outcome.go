@@ -1,0 +1,143 @@
+// Package outcome counts what became of the messages a dedup front end
+// received: the outcome counters the pipeline and the consumer library
+// share, and the Prometheus collector that exports them as
+// dedupflow_received_total, dedupflow_messages_total{outcome} and
+// dedupflow_missing_id_total{producer}. Both front ends export the same
+// names, labels and values, so dashboards and alerts work for either.
+package outcome
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Outcome is what became of one received message.
+type Outcome string
+
+// Outcomes, as counted in dedupflow_messages_total{outcome}.
+const (
+	// Emitted: the message was passed on (written to the sink, or handled
+	// without error); its key is committed, the message acked.
+	Emitted             Outcome = "emitted"
+	DuplicateRedelivery Outcome = "duplicate_redelivery"
+	DuplicateRepublish  Outcome = "duplicate_republish"
+	// DeadLettered: the message was unusable and moved aside.
+	DeadLettered     Outcome = "dead_lettered"
+	InFlightConflict Outcome = "in_flight_conflict"
+	// Retried: nacked to come back later.
+	Retried Outcome = "retried"
+)
+
+// all lists the outcomes in the order they are exported; Counter.outcome
+// is indexed like it.
+var all = [...]Outcome{Emitted, DuplicateRedelivery, DuplicateRepublish, DeadLettered, InFlightConflict, Retried}
+
+// Acked reports whether a message with this outcome is acked. Retried and
+// in-flight-conflict messages are nacked so they come back.
+func (o Outcome) Acked() bool { return o != Retried && o != InFlightConflict }
+
+// Counts is a snapshot of a Counter. The outcomes add up to Received once
+// every message in flight is settled.
+type Counts struct {
+	Received            int64
+	Emitted             int64
+	DuplicateRedelivery int64
+	DuplicateRepublish  int64
+	DeadLettered        int64
+	InFlightConflict    int64
+	Retried             int64
+	MissingID           int64
+}
+
+// Counter keeps the counters as atomics, read both by Snapshot and by
+// Collect, so the two never disagree. Its zero value is ready to use; it
+// must not be copied after first use.
+type Counter struct {
+	received  atomic.Int64
+	outcome   [len(all)]atomic.Int64
+	missingID atomic.Int64
+
+	producersMu sync.Mutex
+	producers   map[string]*atomic.Int64
+}
+
+// Received counts one message received from the input.
+func (c *Counter) Received() { c.received.Add(1) }
+
+// Count counts one message under its outcome. An unknown outcome is not
+// counted.
+func (c *Counter) Count(o Outcome) {
+	if i := index(o); i >= 0 {
+		c.outcome[i].Add(1)
+	}
+}
+
+// Missing counts one message without the id attribute, under the value of
+// its producer attribute ("" when it has none).
+func (c *Counter) Missing(producer string) {
+	c.missingID.Add(1)
+	c.producersMu.Lock()
+	n, ok := c.producers[producer]
+	if !ok {
+		if c.producers == nil {
+			c.producers = make(map[string]*atomic.Int64)
+		}
+		n = new(atomic.Int64)
+		c.producers[producer] = n
+	}
+	c.producersMu.Unlock()
+	n.Add(1)
+}
+
+// Snapshot returns the counters so far.
+func (c *Counter) Snapshot() Counts {
+	get := func(o Outcome) int64 { return c.outcome[index(o)].Load() }
+	return Counts{
+		Received:            c.received.Load(),
+		Emitted:             get(Emitted),
+		DuplicateRedelivery: get(DuplicateRedelivery),
+		DuplicateRepublish:  get(DuplicateRepublish),
+		DeadLettered:        get(DeadLettered),
+		InFlightConflict:    get(InFlightConflict),
+		Retried:             get(Retried),
+		MissingID:           c.missingID.Load(),
+	}
+}
+
+func index(o Outcome) int {
+	for i, x := range all {
+		if x == o {
+			return i
+		}
+	}
+	return -1
+}
+
+var (
+	descReceived = prometheus.NewDesc("dedupflow_received_total", "Messages received from the input.", nil, nil)
+	descMessages = prometheus.NewDesc("dedupflow_messages_total", "Received messages by outcome.", []string{"outcome"}, nil)
+	descMissing  = prometheus.NewDesc("dedupflow_missing_id_total",
+		"Messages without the id attribute, by the producer attribute's value.", []string{"producer"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *Counter) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descReceived
+	ch <- descMessages
+	ch <- descMissing
+}
+
+// Collect implements prometheus.Collector.
+func (c *Counter) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.CounterValue, float64(c.received.Load()))
+	for i, o := range all {
+		ch <- prometheus.MustNewConstMetric(descMessages, prometheus.CounterValue, float64(c.outcome[i].Load()), string(o))
+	}
+	c.producersMu.Lock()
+	for p, n := range c.producers {
+		ch <- prometheus.MustNewConstMetric(descMissing, prometheus.CounterValue, float64(n.Load()), p)
+	}
+	c.producersMu.Unlock()
+}

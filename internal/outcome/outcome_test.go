@@ -1,0 +1,97 @@
+package outcome_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dedupflow/dedupflow/internal/outcome"
+)
+
+func TestCounter(t *testing.T) {
+	var c outcome.Counter // the zero value is ready
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			c.Received()
+			c.Count(outcome.Emitted)
+			c.Missing("a")
+		})
+	}
+	wg.Wait()
+	c.Received()
+	c.Count(outcome.Retried)
+	c.Count("no such outcome")
+	c.Missing("")
+
+	want := outcome.Counts{Received: 9, Emitted: 8, Retried: 1, MissingID: 9}
+	if got := c.Snapshot(); got != want {
+		t.Errorf("Snapshot() = %+v, want %+v", got, want)
+	}
+
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(&c); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type sample struct {
+		name, label string
+		value       float64
+	}
+	help := map[string]string{}
+	var got []sample
+	for _, mf := range mfs {
+		help[mf.GetName()] = mf.GetHelp()
+		for _, m := range mf.GetMetric() {
+			s := sample{name: mf.GetName(), value: m.GetCounter().GetValue()}
+			for _, l := range m.GetLabel() {
+				s.label = l.GetName() + "=" + l.GetValue()
+			}
+			got = append(got, s)
+		}
+	}
+	wantHelp := map[string]string{
+		"dedupflow_received_total":   "Messages received from the input.",
+		"dedupflow_messages_total":   "Received messages by outcome.",
+		"dedupflow_missing_id_total": "Messages without the id attribute, by the producer attribute's value.",
+	}
+	for n, h := range wantHelp {
+		if help[n] != h {
+			t.Errorf("help of %s = %q, want %q", n, help[n], h)
+		}
+	}
+	wantSamples := []sample{ // Gather sorts by name, then label
+		{"dedupflow_messages_total", "outcome=dead_lettered", 0},
+		{"dedupflow_messages_total", "outcome=duplicate_redelivery", 0},
+		{"dedupflow_messages_total", "outcome=duplicate_republish", 0},
+		{"dedupflow_messages_total", "outcome=emitted", 8},
+		{"dedupflow_messages_total", "outcome=in_flight_conflict", 0},
+		{"dedupflow_messages_total", "outcome=retried", 1},
+		{"dedupflow_missing_id_total", "producer=", 1},
+		{"dedupflow_missing_id_total", "producer=a", 8},
+		{"dedupflow_received_total", "", 9},
+	}
+	if len(got) != len(wantSamples) {
+		t.Fatalf("gathered %v, want %v", got, wantSamples)
+	}
+	for i := range got {
+		if got[i] != wantSamples[i] {
+			t.Errorf("sample %d = %+v, want %+v", i, got[i], wantSamples[i])
+		}
+	}
+}
+
+func TestAcked(t *testing.T) {
+	for o, want := range map[outcome.Outcome]bool{
+		outcome.Emitted: true, outcome.DuplicateRedelivery: true, outcome.DuplicateRepublish: true,
+		outcome.DeadLettered: true, outcome.InFlightConflict: false, outcome.Retried: false,
+	} {
+		if o.Acked() != want {
+			t.Errorf("%s.Acked() = %v, want %v", o, !want, want)
+		}
+	}
+}
