@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dedupflow/dedupflow/audit"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 // BenchmarkFilter is the audit's cost per message in steady state at 10M
@@ -33,7 +34,7 @@ func BenchmarkFilter(b *testing.B) {
 	}
 	hits := 0
 	b.ResetTimer()
-	done := cpuPerOp(b)
+	done := testenv.CPUPerOp(b)
 	for i := 0; i < b.N; i++ {
 		k := keyN(uint64(capacity + i))
 		if f.Contains(k, at) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 // payload1K is a 1 KiB JSON order with the key field first or last, so the
@@ -46,7 +48,7 @@ func BenchmarkDeriveBody(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.SetBytes(int64(len(c.data)))
 			b.ReportAllocs()
-			done := cpuPerOp(b)
+			done := testenv.CPUPerOp(b)
 			for b.Loop() {
 				key, _, _, _ := c.rule.DeriveBody(attrs, c.data, "m1")
 				_ = KeyOf(key)

@@ -1,7 +1,0 @@
-//go:build !unix
-
-package dedup
-
-import "testing"
-
-func cpuPerOp(*testing.B) func() { return func() {} }
