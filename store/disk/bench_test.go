@@ -8,13 +8,13 @@ import (
 	"runtime"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -107,7 +107,7 @@ func BenchmarkReopen(b *testing.B) {
 		runtime.GC()
 		var before runtime.MemStats
 		runtime.ReadMemStats(&before)
-		cpu0 := cpuTime()
+		cpu0 := testenv.CPUTime()
 		s, err := Open(context.Background(), path, Options{})
 		if err != nil {
 			b.Fatal(err)
@@ -115,7 +115,7 @@ func BenchmarkReopen(b *testing.B) {
 		b.StopTimer()
 		// CPU time too: on a shared machine the wall clock says more
 		// about the neighbours than about Open.
-		cpu += cpuTime() - cpu0
+		cpu += testenv.CPUTime() - cpu0
 		runtime.GC()
 		runtime.ReadMemStats(&ms)
 		if got := s.Len(); got != n {
@@ -130,14 +130,6 @@ func BenchmarkReopen(b *testing.B) {
 }
 
 // cpuTime is the CPU time (user and system) the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // fill writes n committed keys straight into the file as groups of 1000,
 // as a busy store writes them: building ten million keys through Commit
 // would measure the commit path, not the reopen.
