@@ -169,10 +169,21 @@ func (d *Deduper) ClaimEvent(ctx context.Context, k Key, msgID string, et time.T
 		return d.Claim(ctx, k, msgID)
 	}
 	wm := d.wm.observe(et)
-	expires := et.Add(d.opt.Horizon)
+	// A future-dated event (a producer's clock, or seconds sent as
+	// milliseconds) is held to the processing clock, as the watermark is:
+	// otherwise its key would outlive the horizon by years and push the
+	// stores' time ranges far ahead.
+	expires := minTime(et, d.opt.Now()).Add(d.opt.Horizon)
 	if !expires.After(wm) {
 		return Verdict{}, Ticket{}, fmt.Errorf("%w: event time %s is more than the horizon %v behind the watermark %s",
 			ErrTooLate, et.UTC().Format(time.RFC3339Nano), d.opt.Horizon, wm.UTC().Format(time.RFC3339Nano))
 	}
 	return d.claim(ctx, k, msgID, wm, expires)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

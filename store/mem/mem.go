@@ -66,14 +66,18 @@ func (sh *shard) tick(t time.Time) uint32 {
 		return 1
 	}
 	ticks := (d + tickNanos - 1) / tickNanos
-	if ticks > tickMask {
-		delta := uint32((n - baseSlack - sh.base) / tickNanos)
+	if ticks > tickMask && sh.now > uint32(baseSlack/tickNanos) {
+		// Move tick 0 up to a day before the latest time seen (never past
+		// it: live keys must keep their place), once in months.
+		delta := sh.now - uint32(baseSlack/tickNanos)
 		sh.t.rebase(delta)
 		sh.base += int64(delta) * tickNanos
-		sh.now = 0
+		sh.now -= delta
 		ticks = (n - sh.base + tickNanos - 1) / tickNanos
 	}
-	return uint32(ticks)
+	// A time still out of range (an expiry far in the future) is held at
+	// the last tick: the key lives as long as the store can tell.
+	return uint32(min(ticks, tickMask))
 }
 
 // Claim implements dedup.Store.
@@ -88,6 +92,7 @@ func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
 		sh.now = now
 	}
 	lease := sh.tick(c.LeaseUntil) | pendingBit
+	now = sh.tick(c.Now) // the lease's tick may have rebased the shard
 	i := sh.t.find(hi, lo)
 	if i < 0 {
 		sh.t.add(hi, lo, lease, tag, sh.now)
