@@ -98,6 +98,7 @@ type Pipeline struct {
 	m     *metrics
 	store *backoff.Tracker
 	out   *backoff.Tracker
+	dlOut *backoff.Tracker
 	audit *audit.Filter // nil: no audit horizon
 
 	auditTarget audit.Target // nil: the audit is not kept across restarts
@@ -157,6 +158,7 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 	}
 	p.store = backoff.NewTracker("dedup store", "nacking and backing off", p.log, d.Now)
 	p.out = backoff.NewTracker("sink", "nacking and backing off", p.log, d.Now)
+	p.dlOut = backoff.NewTracker("dead-letter topic", "nacking invalid messages and backing off", p.log, d.Now)
 	if d.Registerer != nil {
 		if err := d.Registerer.Register(p.m); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -168,8 +170,9 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 // Counts returns the counters so far.
 func (p *Pipeline) Counts() Counts { return p.m.snapshot() }
 
-// Ready reports whether the store and the sink are reachable.
-func (p *Pipeline) Ready() bool { return p.store.Ready() && p.out.Ready() }
+// Ready reports whether the store, the sink and the dead-letter topic are
+// reachable.
+func (p *Pipeline) Ready() bool { return p.store.Ready() && p.out.Ready() && p.dlOut.Ready() }
 
 // Receiver is the input: a *pubsub.Subscriber.
 type Receiver interface {
@@ -239,7 +242,9 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 	}
 	p.m.storeTime.Observe(since(start, p.now()))
 	if err != nil {
-		p.store.Fail(err)
+		if ctx.Err() == nil { // a shutdown is not an outage
+			p.store.Fail(err)
+		}
 		return Retried
 	}
 	p.store.OK()
@@ -256,6 +261,9 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 		}
 		return o
 	case dedup.InFlight:
+		// It comes back once nacked; a pause keeps that from turning into
+		// a hot loop while the first copy is being written.
+		hold(ctx)
 		return InFlightConflict
 	}
 	p.suspect(n)
@@ -314,6 +322,7 @@ func (p *Pipeline) tooLate(ctx context.Context, m *Message, n *note, reason erro
 // emit writes m to the sink; with a ticket, it commits or releases the key.
 // With a note, the key goes into the audit once written.
 func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *note) Outcome {
+	out := m // the input stays as it came, for a dead letter
 	if m.Key != "" {
 		attrs := make(map[string]string, len(m.Attributes)+2)
 		for k, v := range m.Attributes {
@@ -323,7 +332,9 @@ func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *not
 		if n != nil && n.suspect {
 			attrs[AttrLateDuplicate] = LateDuplicateProbable
 		}
-		m.Attributes = attrs
+		c := *m
+		c.Attributes = attrs
+		out = &c
 	}
 	err := p.out.Wait(ctx)
 	if err == nil {
@@ -331,14 +342,17 @@ func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *not
 		// is better than leaving a key pending until its lease runs out.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.WriteTimeout)
 		start := p.now()
-		err = p.sink.Write(wctx, m)
+		err = p.sink.Write(wctx, out)
 		cancel()
 		p.m.sinkTime.Observe(since(start, p.now()))
 	}
 	bg := context.WithoutCancel(ctx)
 	if err != nil {
 		if t != nil {
-			if rerr := p.dd.Release(bg, *t); rerr != nil {
+			rctx, cancel := context.WithTimeout(bg, p.cfg.WriteTimeout)
+			rerr := p.dd.Release(rctx, *t)
+			cancel()
+			if rerr != nil {
 				p.log.Warn("release after a failed write; the key stays claimed until its lease ends",
 					"key", m.Key, "message_id", m.ID, "err", rerr)
 			}
@@ -360,37 +374,36 @@ func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *not
 		}
 	}
 	if t != nil {
-		if err := p.dd.Commit(bg, *t); err != nil {
-			// The output is written; acking is right. Until the lease
-			// ends, copies wait; after it, one may pass, carrying the key.
-			p.log.Warn("commit after write failed", "key", m.Key, "message_id", m.ID, "err", err)
-		}
+		p.commit(bg, m, *t)
 	}
 	p.m.latency.Observe(since(m.PublishTime, p.now()))
 	return Emitted
 }
 
-// deadLetter sends an invalid message to the dead-letter topic with the
-// reason, or, without one, leaves it unacked: it is never dropped.
-func (p *Pipeline) deadLetter(ctx context.Context, m *Message, reason error) Outcome {
-	if p.dl == nil {
-		p.log.Warn("invalid message nacked (set a dead-letter topic to move it aside)",
-			"message_id", m.ID, "reason", reason)
-		return Retried
+// commit records the key after a good write, retrying within the lease:
+// once the lease ends a copy could pass. If the store stays down the input
+// is acked all the same — the output is written, and nacking would only
+// write it again — and a copy that slips through carries the key.
+func (p *Pipeline) commit(bg context.Context, m *Message, t dedup.Ticket) {
+	deadline := p.now().Add(p.dd.Lease() / 2)
+	for n := 1; ; n++ {
+		ctx, cancel := context.WithTimeout(bg, p.cfg.WriteTimeout)
+		err := p.dd.Commit(ctx, t)
+		cancel()
+		if err == nil {
+			return
+		}
+		pause := backoff.Delay(n, 100*time.Millisecond, 2*time.Second)
+		if p.now().Add(pause).After(deadline) {
+			p.log.Warn("commit after write failed; acking, a later copy may pass carrying the key",
+				"key", m.Key, "message_id", m.ID, "err", err)
+			return
+		}
+		_ = backoff.Sleep(bg, pause)
 	}
-	attrs := make(map[string]string, len(m.Attributes)+2)
-	for k, v := range m.Attributes {
-		attrs[k] = v
-	}
-	attrs[AttrError] = reason.Error()
-	attrs[AttrSourceMessageID] = m.ID
-	dl := &Message{ID: m.ID, Data: m.Data, Attributes: attrs, PublishTime: m.PublishTime, EventTime: m.EventTime}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.WriteTimeout)
-	defer cancel()
-	if err := p.dl.Write(wctx, dl); err != nil {
-		p.log.Warn("dead-letter write failed; message nacked", "message_id", m.ID, "reason", reason, "err", err)
-		return Retried
-	}
-	p.log.Info("message dead-lettered", "message_id", m.ID, "reason", reason)
-	return DeadLettered
+}
+
+// hold pauses before a nack, jittered so replicas do not retry in step.
+func hold(ctx context.Context) {
+	_ = backoff.Sleep(ctx, backoff.Delay(3, 100*time.Millisecond, time.Second))
 }

@@ -5,11 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // EnsureTopic creates the topic unless it exists.
@@ -47,6 +49,10 @@ func TempSubscription(ctx context.Context, c *pubsub.Client, topic Name, ackDead
 	s := Name{Project: topic.Project, Kind: "subscriptions", ID: id}
 	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
 		Name: s.String(), Topic: topic.String(), AckDeadlineSeconds: ackDeadlineSeconds,
+		// A pipeline that dies without removing it leaves no subscription
+		// piling up a backlog for ever: the service removes it after a day
+		// unused (its shortest expiration).
+		ExpirationPolicy: &pubsubpb.ExpirationPolicy{Ttl: durationpb.New(24 * time.Hour)},
 	})
 	if err != nil {
 		return Name{}, fmt.Errorf("create subscription on %s: %w", topic, err)
@@ -61,4 +67,19 @@ func DeleteSubscription(ctx context.Context, c *pubsub.Client, s Name) error {
 		return fmt.Errorf("delete subscription %s: %w", s, err)
 	}
 	return nil
+}
+
+// CheckTopic reports a topic that does not exist, so a typo in a flag fails
+// at start rather than as an endless "sink unreachable". Without the right
+// to read topic metadata (a publish-only account) it cannot tell, and says
+// nothing.
+func CheckTopic(ctx context.Context, c *pubsub.Client, t Name) error {
+	_, err := c.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: t.String()})
+	switch status.Code(err) {
+	case codes.OK, codes.PermissionDenied, codes.Unimplemented:
+		return nil
+	case codes.NotFound:
+		return fmt.Errorf("topic %s does not exist", t)
+	}
+	return fmt.Errorf("look up topic %s: %w", t, err)
 }

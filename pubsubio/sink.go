@@ -2,6 +2,7 @@ package pubsubio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,7 +35,7 @@ func NewTopicSink(c *pubsub.Client, topic Name, timeout time.Duration) *TopicSin
 func (s *TopicSink) Write(ctx context.Context, m *pipeline.Message) error {
 	r := s.p.Publish(ctx, &pubsub.Message{Data: m.Data, Attributes: m.Attributes})
 	if _, err := r.Get(ctx); err != nil {
-		if status.Code(err) == codes.InvalidArgument {
+		if status.Code(err) == codes.InvalidArgument || errors.Is(err, pubsub.ErrOversizedMessage) {
 			return fmt.Errorf("publish to %s: %w: %w", s.p, pipeline.ErrPermanent, err)
 		}
 		return fmt.Errorf("publish to %s: %w", s.p, err)

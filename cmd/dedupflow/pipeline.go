@@ -100,6 +100,10 @@ func (j *job) names() (in, out, dl pubsubio.Name, fromTopic bool, err error) {
 		err = errors.New("missing output: give --output-topic (or another --sink)")
 		return
 	}
+	if j.outTopic != "" && j.sink != "pubsub" && j.sink != "" {
+		err = fmt.Errorf("--output-topic is only for --sink pubsub, not --sink %s", sinkLabel(j.sink))
+		return
+	}
 	if j.outTopic != "" {
 		if out, err = pubsubio.TopicName(j.project, j.outTopic); err != nil {
 			return
@@ -115,6 +119,9 @@ func (j *job) config() (pipeline.Config, dedup.Options, error) {
 	missing, err := dedup.ParseMissing(j.missing)
 	if err != nil {
 		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--missing-id: %w", err)
+	}
+	if err := j.checkAttributes(); err != nil {
+		return pipeline.Config{}, dedup.Options{}, err
 	}
 	from, path, err := dedup.ParseKeyFrom(j.keyFrom)
 	if err != nil {
@@ -251,6 +258,13 @@ func (j *job) run(ctx context.Context, c *pubsub.Client, log *slog.Logger, start
 	cfg, opt, err := j.config()
 	if err != nil {
 		return err
+	}
+	for _, t := range []pubsubio.Name{out, dlName} {
+		if t.ID != "" {
+			if err := pubsubio.CheckTopic(ctx, c, t); err != nil {
+				return err
+			}
+		}
 	}
 	st, closeStore, err := openState(ctx, j.state, j.horizon, j.timeDomain == "event", log)
 	if err != nil {

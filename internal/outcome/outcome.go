@@ -74,12 +74,25 @@ func (c *Counter) Count(o Outcome) {
 	}
 }
 
+// MaxProducers is how many producer label values are kept; further values
+// are counted under OtherProducers.
+const MaxProducers = 100
+
+// OtherProducers labels missing-id counts past MaxProducers values.
+const OtherProducers = "other"
+
 // Missing counts one message without the id attribute, under the value of
 // its producer attribute ("" when it has none).
 func (c *Counter) Missing(producer string) {
 	c.missingID.Add(1)
 	c.producersMu.Lock()
 	n, ok := c.producers[producer]
+	if !ok && len(c.producers) >= MaxProducers {
+		// The label comes from message attributes: cap it, so a producer
+		// writing a fresh value per message cannot grow /metrics forever.
+		producer = OtherProducers
+		n, ok = c.producers[producer]
+	}
 	if !ok {
 		if c.producers == nil {
 			c.producers = make(map[string]*atomic.Int64)

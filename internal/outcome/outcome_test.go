@@ -1,6 +1,7 @@
 package outcome_test
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 
@@ -94,4 +95,33 @@ func TestAcked(t *testing.T) {
 			t.Errorf("%s.Acked() = %v, want %v", o, !want, want)
 		}
 	}
+}
+
+func TestProducerLabelsCapped(t *testing.T) {
+	var c outcome.Counter
+	for i := 0; i < outcome.MaxProducers+50; i++ {
+		c.Missing(fmt.Sprint("producer-", i))
+	}
+	c.Missing("producer-0") // a known value keeps its own label
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "dedupflow_missing_id_total" {
+			continue
+		}
+		if n := len(mf.GetMetric()); n != outcome.MaxProducers+1 {
+			t.Fatalf("%d producer series, want %d plus %q", n, outcome.MaxProducers, outcome.OtherProducers)
+		}
+		for _, m := range mf.GetMetric() {
+			if lv := m.GetLabel()[0].GetValue(); lv == outcome.OtherProducers && m.GetCounter().GetValue() != 50 {
+				t.Fatalf("%q counted %v, want the 50 past the cap", outcome.OtherProducers, m.GetCounter().GetValue())
+			}
+		}
+		return
+	}
+	t.Fatal("no dedupflow_missing_id_total")
 }

@@ -1,0 +1,79 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// Limits of a Pub/Sub message that a dead letter must respect, or it would
+// be refused and the message would loop.
+const (
+	maxAttributes = 100
+	maxValueLen   = 1024
+)
+
+// AttrEnvelope marks a dead letter whose data is a JSON envelope holding
+// the original data and attributes, used when the original already has
+// too many attributes to add the reason to.
+const AttrEnvelope = "dedupflow_envelope"
+
+// deadLetter sends an invalid message to the dead-letter topic with the
+// reason, or, without one, leaves it unacked: it is never dropped.
+func (p *Pipeline) deadLetter(ctx context.Context, m *Message, reason error) Outcome {
+	if p.dl == nil {
+		p.log.Warn("invalid message nacked (set a dead-letter topic to move it aside)",
+			"message_id", m.ID, "reason", reason)
+		hold(ctx)
+		return Retried
+	}
+	if err := p.dlOut.Wait(ctx); err != nil {
+		return Retried
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.WriteTimeout)
+	defer cancel()
+	if err := p.dl.Write(wctx, deadLetterOf(m, reason)); err != nil {
+		if ctx.Err() == nil {
+			p.dlOut.Fail(err)
+		}
+		p.log.Warn("dead-letter write failed; message nacked", "message_id", m.ID, "reason", reason, "err", err)
+		return Retried
+	}
+	p.dlOut.OK()
+	p.log.Info("message dead-lettered", "message_id", m.ID, "reason", reason)
+	return DeadLettered
+}
+
+// deadLetterOf is the dead letter of m: its data and attributes, the reason
+// and its message ID.
+func deadLetterOf(m *Message, reason error) *Message {
+	attrs := make(map[string]string, len(m.Attributes)+2)
+	data := m.Data
+	if len(m.Attributes)+2 <= maxAttributes {
+		for k, v := range m.Attributes {
+			attrs[k] = v
+		}
+	} else {
+		env, _ := json.Marshal(struct {
+			Data       []byte            `json:"data"` // base64
+			Attributes map[string]string `json:"attributes"`
+		}{m.Data, m.Attributes})
+		data = env
+		attrs[AttrEnvelope] = "json"
+	}
+	attrs[AttrError] = truncate(reason.Error(), maxValueLen)
+	attrs[AttrSourceMessageID] = m.ID
+	return &Message{ID: m.ID, Data: data, Attributes: attrs, PublishTime: m.PublishTime, EventTime: m.EventTime}
+}
+
+// truncate cuts s to at most n bytes of valid UTF-8.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,98 @@
+package pipeline_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/pubsubio"
+)
+
+// An output the topic refuses for good goes to the dead-letter topic as it
+// came in, and its key is released: a later copy is written.
+func TestPermanentSinkErrorDeadLetters(t *testing.T) {
+	var outTopic atomic.Value
+	outTopic.Store("")
+	var refuse atomic.Bool
+	refuse.Store(true)
+	_, conn := newPstest(t, pstest.ServerReactorOption{FuncName: "Publish", Reactor: reactor(func(req any) (bool, any, error) {
+		if r := req.(*pubsubpb.PublishRequest); r.Topic == outTopic.Load().(string) && refuse.Load() {
+			return true, nil, status.Error(codes.InvalidArgument, "injected: message refused")
+		}
+		return false, nil, nil
+	})})
+	r := newRig(t, conn, rigOpts{deadLetter: true, cfg: pipeline.Config{
+		Rule: dedup.Rule{IDAttribute: "key"}, OutputIDAttribute: "dedup_key"}})
+	outTopic.Store(r.out.String())
+	r.start()
+	id := r.publish("refused", map[string]string{"key": "k1"})
+	r.waitCounts("dead letter", func(c pipeline.Counts) bool { return c.DeadLettered == 1 })
+	dl := r.drain(r.dlSub, 1, 200*time.Millisecond)
+	if len(dl) != 1 || dl[0].attrs[pipeline.AttrSourceMessageID] != id || !strings.Contains(dl[0].attrs[pipeline.AttrError], "message refused") {
+		t.Fatalf("dead letters %+v, want the refused message with its reason", dl)
+	}
+	if _, ok := dl[0].attrs["dedup_key"]; ok {
+		t.Errorf("dead letter carries the output's id attribute: it should be the input as it came")
+	}
+	refuse.Store(false)
+	r.publish("accepted", map[string]string{"key": "k1"})
+	c := r.waitCounts("copy after the release", func(c pipeline.Counts) bool { return c.Emitted == 1 })
+	if c.DuplicateRepublish != 0 || c.InFlightConflict != 0 {
+		t.Fatalf("counts %+v: the refused message's key was not released", c)
+	}
+}
+
+// Inputs at Pub/Sub's limits still reach the dead-letter topic: a message
+// with 100 attributes cannot take the key attribute on top, nor the reason,
+// so it is wrapped; a reason longer than an attribute value is cut.
+func TestDeadLetterAtPubSubLimits(t *testing.T) {
+	addr, stop, err := broker.NewTestServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	r := newRig(t, pubsubio.Insecure(addr), rigOpts{deadLetter: true, cfg: pipeline.Config{
+		Rule: dedup.Rule{IDAttribute: "key"}, TimestampAttribute: "ts"}})
+	r.start()
+	full := map[string]string{"ts": "1700000000000"}
+	for i := len(full); i < 100; i++ {
+		full[fmt.Sprint("a", i)] = "v"
+	}
+	r.publish("full", full) // no key: falls back to the message ID, one attribute too many
+	r.publish("long", map[string]string{"key": "k", "ts": strings.Repeat("é", 500)})
+	r.waitCounts("both", func(c pipeline.Counts) bool { return c.DeadLettered == 2 })
+	dl := r.drain(r.dlSub, 2, 300*time.Millisecond)
+	if len(dl) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(dl))
+	}
+	env, long := dl[0], dl[1]
+	if long.attrs[pipeline.AttrEnvelope] != "" {
+		env, long = long, env
+	}
+	if env.attrs[pipeline.AttrEnvelope] != "json" {
+		t.Fatalf("full message dead-lettered without an envelope: %v", env.attrs)
+	}
+	var orig struct {
+		Data       []byte            `json:"data"`
+		Attributes map[string]string `json:"attributes"`
+	}
+	if err := json.Unmarshal([]byte(env.data), &orig); err != nil || string(orig.Data) != "full" || len(orig.Attributes) != 100 {
+		t.Fatalf("envelope %q does not hold the original (%v)", env.data, err)
+	}
+	reason := long.attrs[pipeline.AttrError]
+	if len(reason) > 1024 || !utf8.ValidString(reason) || !strings.Contains(reason, "malformed") {
+		t.Fatalf("reason of %d bytes, valid UTF-8 %v: want at most 1024 bytes naming the fault", len(reason), utf8.ValidString(reason))
+	}
+}
