@@ -189,10 +189,17 @@ func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
 		defer s.Stop()
 	}
 	err := in.Receive(ctx, func(ctx context.Context, m *pubsub.Message) {
-		if p.Handle(ctx, m) {
-			m.Ack()
-		} else {
+		if !p.Handle(ctx, m) {
 			m.Nack()
+			return
+		}
+		// With exactly-once delivery the server confirms the ack; a
+		// failed one means the message comes back, and is then caught as
+		// a redelivery. Without it the result is ready at once.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.WriteTimeout)
+		defer cancel()
+		if _, err := m.AckWithResult().Get(actx); err != nil {
+			p.log.Debug("ack not confirmed; the message will come back as a redelivery", "message_id", m.ID, "err", err)
 		}
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
