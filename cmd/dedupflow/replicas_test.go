@@ -502,7 +502,7 @@ func TestRedisOutageRestarted(t *testing.T) { testRedisOutage(t, true) }
 // being published: frozen (SIGSTOP … SIGCONT), or killed and restarted on
 // the same port from an append-only file fsynced on every write, so what
 // Redis acknowledged before the crash is still there after it (with
-// --save '' and no AOF a restart would forget the whole horizon, and
+// --save ” and no AOF a restart would forget the whole horizon, and
 // "nothing emitted twice" could not hold for any store).
 func testRedisOutage(t *testing.T, restart bool) {
 	seed := crashSeed(t)
@@ -617,13 +617,16 @@ func testRedisOutage(t *testing.T, restart bool) {
 	// One line when the store goes away, one when it returns; nothing
 	// else above info (a per-message warning would be one per message).
 	var downs, backs int
+	var changes []string
 	others := map[string]int{}
 	for _, m := range p.logLines() {
 		switch m["msg"] {
 		case storeDownMsg:
 			downs++
+			changes = append(changes, fmt.Sprintf("%v down (%v)", m["time"], m["err"]))
 		case storeBackMsg:
 			backs++
+			changes = append(changes, fmt.Sprintf("%v back", m["time"]))
 		default:
 			if lv, _ := m["level"].(string); lv == "WARN" || lv == "ERROR" {
 				others[fmt.Sprint(m["msg"])]++
@@ -632,7 +635,8 @@ func testRedisOutage(t *testing.T, restart bool) {
 	}
 	t.Logf("log: %d × %q, %d × %q, other warnings %v", downs, storeDownMsg, backs, storeBackMsg, others)
 	if downs != 1 || backs != 1 {
-		t.Errorf("the store's loss and return were logged %d and %d times, want once each", downs, backs)
+		t.Errorf("the store's loss and return were logged %d and %d times, want once each (Redis away %s to %s):\n%s",
+			downs, backs, down.Format(time.RFC3339Nano), up.Format(time.RFC3339Nano), strings.Join(changes, "\n"))
 	}
 	for msg, n := range others {
 		t.Errorf("%d warnings %q besides the store's loss and return (one per message, not one per outage)", n, msg)
