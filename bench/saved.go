@@ -14,6 +14,7 @@ type saved struct {
 	LoadAfter    string      `json:"load_after"`
 	Date         string      `json:"date"`
 	BentoVersion string      `json:"bento_version,omitempty"`
+	BentoPath    string      `json:"bento_path,omitempty"`
 	Args         []string    `json:"args"`
 	Runs         int         `json:"runs"`
 	Rows         []rowJSON   `json:"rows"`
@@ -42,7 +43,7 @@ type rowJSON struct {
 
 func (e *env) save(path string) error {
 	s := saved{Machine: machineJSON{e.machine.cpu, e.machine.cores, e.machine.goVer}, LoadBefore: e.loadBefore,
-		LoadAfter: e.loadAfter, Date: e.date, BentoVersion: e.bentoVersion, Args: benchArgs(e.cfg), Runs: e.cfg.runs,
+		LoadAfter: e.loadAfter, Date: e.date, BentoVersion: e.bentoVersion, BentoPath: e.cfg.bento, Args: benchArgs(e.cfg), Runs: e.cfg.runs,
 		Absent: e.absent, Failures: e.failures}
 	for _, r := range e.rows {
 		s.Rows = append(s.Rows, rowJSON{r.section, r.group, r.name, r.ours, r.peer, r.count, r.unit, r.values, r.fixed, r.note})
@@ -71,6 +72,9 @@ func (e *env) load(path string) error {
 	e.machine = machine{cpu: s.Machine.CPU, cores: s.Machine.Cores, goVer: s.Machine.Go}
 	e.loadBefore, e.loadAfter, e.date, e.bentoVersion = s.LoadBefore, s.LoadAfter, s.Date, s.BentoVersion
 	e.absent, e.failures, e.cfg.runs, e.savedArgs = s.Absent, s.Failures, s.Runs, s.Args
+	if s.BentoPath != "" {
+		e.cfg.bento = s.BentoPath
+	}
 	e.rows = nil
 	for _, r := range s.Rows {
 		e.rows = append(e.rows, row{r.Section, r.Group, r.Name, r.Ours, r.Peer, r.Count, r.Unit, r.Values, r.Fixed, r.Note})

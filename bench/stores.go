@@ -78,9 +78,11 @@ func (e *env) benchMemory(ctx context.Context) error {
 		}
 		setnxV = append(setnxV, v)
 	}
-	cnt := inum(n) + " keys claimed and committed; Redis used_memory growth ÷ keys"
-	e.add(row{section: "memory", group: group, name: nameRedisStore, ours: true, peer: nameSetNX, count: cnt, unit: "B/key", values: storeV})
-	e.add(row{section: "memory", group: group, name: nameSetNX, peer: nameRedisStore, count: cnt, unit: "B/key", values: setnxV})
+	cnt := "; Redis used_memory growth ÷ keys"
+	e.add(row{section: "memory", group: group, name: nameRedisStore, ours: true, peer: nameSetNX,
+		count: inum(n) + " keys claimed and committed through the store" + cnt, unit: "B/key", values: storeV})
+	e.add(row{section: "memory", group: group, name: nameSetNX, peer: nameRedisStore,
+		count: inum(n) + " keys written with SET NX PX (hex key, message ID value)" + cnt, unit: "B/key", values: setnxV})
 	return nil
 }
 
