@@ -254,7 +254,9 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 		}
 		return Retried
 	}
-	p.store.OK()
+	if v.Status != dedup.InFlight { // a local in-flight verdict never reached the store
+		p.store.OK()
+	}
 	switch v.Status {
 	case dedup.Duplicate:
 		o := DuplicateRepublish
