@@ -83,11 +83,12 @@ func (e *env) startEmulator(ctx context.Context) (addr string, stop func(), err 
 
 // Names of the pipeline rows.
 const (
-	nameMem   = "dedupflow pipeline (mem store)"
-	nameDisk  = "dedupflow pipeline (disk store)"
-	nameRedis = "dedupflow pipeline (Redis store)"
-	nameBento = "Bento dedupe (memory cache)"
-	nameNATS  = "NATS JetStream Nats-Msg-Id (publish side)"
+	nameMem          = "dedupflow pipeline (mem store)"
+	nameDisk         = "dedupflow pipeline (disk store)"
+	nameRedis        = "dedupflow pipeline (Redis store)"
+	nameBento        = "Bento dedupe (memory cache)"
+	nameBentoBatched = "Bento dedupe, input batches of 500"
+	nameNATS         = "NATS JetStream Nats-Msg-Id (publish side)"
 )
 
 // benchPipelines measures every dedup contender on the same workloads.
@@ -133,7 +134,8 @@ func (e *env) benchPipelines(ctx context.Context) error {
 	} else if st, err := os.Stat(e.cfg.bento); err != nil || st.IsDir() {
 		e.markAbsent(fmt.Sprintf("Bento: --bento %s is not a file (%v); its dedupe was not measured", e.cfg.bento, err))
 	} else {
-		cs = append(cs, entry{bentoConsumer(e.cfg.bento), true})
+		cs = append(cs, entry{bentoConsumer(e.cfg.bento, nameBento, 0), true},
+			entry{bentoConsumer(e.cfg.bento, nameBentoBatched, 500), true})
 		e.bentoVersion = bentoVersion(ctx, e.cfg.bento)
 		e.logf("Bento: %s (%s)", e.cfg.bento, e.bentoVersion)
 	}
@@ -195,7 +197,7 @@ func (e *env) benchPipelines(ctx context.Context) error {
 	}
 	for _, ratio := range e.cfg.ratios {
 		group := ratioLabel(ratio)
-		for _, name := range []string{nameMem, nameDisk, nameRedis, nameBento, nameNATS} {
+		for _, name := range []string{nameMem, nameDisk, nameRedis, nameBento, nameBentoBatched, nameNATS} {
 			v := values[[2]string{group, name}]
 			if len(v) == 0 {
 				continue
