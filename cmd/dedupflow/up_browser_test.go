@@ -132,8 +132,10 @@ func TestUpConsoleBrowser(t *testing.T) {
 	// its key as before, so they count as republishes again.
 	do("redeliver Message 2", chromedp.Evaluate[chromedp.Void](
 		`[...document.querySelectorAll("#rows tr")].find(tr => tr.querySelector("td.data").textContent === "Message 2").querySelector("button").click()`))
+	// Received may pass 7: a copy that arrives while Message 2 is being
+	// judged is nacked as in flight and counted again when it returns.
 	waitPage("the redelivery to be counted",
-		counter("received")+` === "7" && `+counter("redelivery")+` === "1" && `+counter("republish")+` === "4"`)
+		`Number(`+counter("received")+`) >= 7 && `+counter("redelivery")+` === "1" && `+counter("republish")+` === "4"`)
 	if got := eval(jsRows); got != "Message 2|456;Message 1|123" {
 		t.Errorf("live view after the redelivery: %q, want no new output", got)
 	}
