@@ -46,6 +46,8 @@ import (
 	"strconv"
 	"time"
 
+	redisstore "github.com/dedupflow/dedupflow/store/redis"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dedupflow/dedupflow/audit"
@@ -78,45 +80,24 @@ var _ audit.Target = (*Target)(nil)
 // dedup store: redis:// or rediss://, go-redis's query options, and
 // prefix= and cluster=true (more seed nodes with addr=host:port).
 func Open(ctx context.Context, rawURL string, opt Options) (*Target, error) {
-	u, err := url.Parse(rawURL)
+	rdb, prefix, err := redisstore.Dial(ctx, rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse redis url: %w", err)
+		return nil, err
 	}
-	q := u.Query()
-	cluster, err := strconv.ParseBool(q.Get("cluster"))
-	if q.Get("cluster") == "" {
-		cluster, err = false, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("redis url: cluster=%q: want true or false", q.Get("cluster"))
-	}
-	if q.Has("prefix") {
-		opt.Prefix = q.Get("prefix")
-	}
-	q.Del("cluster")
-	q.Del("prefix")
-	u.RawQuery = q.Encode()
-	var rdb goredis.UniversalClient
-	if cluster {
-		co, err := goredis.ParseClusterURL(u.String())
-		if err != nil {
-			return nil, fmt.Errorf("parse redis cluster url %s: %w", u.Redacted(), err)
-		}
-		rdb = goredis.NewClusterClient(co)
-	} else {
-		o, err := goredis.ParseURL(u.String())
-		if err != nil {
-			return nil, fmt.Errorf("parse redis url %s: %w", u.Redacted(), err)
-		}
-		rdb = goredis.NewClient(o)
-	}
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		rdb.Close()
-		return nil, fmt.Errorf("connect to redis %s: %w", u.Redacted(), err)
+	if prefix != "" {
+		opt.Prefix = prefix
 	}
 	t := New(rdb, opt)
-	t.own, t.name = true, u.Redacted()
+	t.own, t.name = true, redacted(rawURL)
 	return t, nil
+}
+
+// redacted is the URL without its password, for logs.
+func redacted(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil {
+		return u.Redacted()
+	}
+	return "redis"
 }
 
 // New returns a Target over a client the caller made and closes.

@@ -113,9 +113,25 @@ var _ dedup.Store = (*Store)(nil)
 // addr=host:port). It pings the server, so a wrong address or password
 // fails here rather than on the first message.
 func Open(ctx context.Context, rawURL string, opt Options) (*Store, error) {
+	rdb, prefix, err := Dial(ctx, rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if prefix != "" {
+		opt.Prefix = prefix
+	}
+	s := New(rdb, opt)
+	s.own = true
+	return s, nil
+}
+
+// Dial connects to the Redis named by rawURL, as Open reads it, and pings
+// it. prefix is the URL's prefix= ("" when absent). The audit's Redis
+// target dials through it too, so both read --state alike.
+func Dial(ctx context.Context, rawURL string) (rdb goredis.UniversalClient, prefix string, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse redis url: %w", err)
+		return nil, "", fmt.Errorf("parse redis url: %w", err)
 	}
 	q := u.Query()
 	cluster := false
@@ -125,42 +141,39 @@ func Open(ctx context.Context, rawURL string, opt Options) (*Store, error) {
 			cluster = true
 		case "false", "0":
 		default:
-			return nil, fmt.Errorf("redis url: cluster=%q: want true or false", v)
+			return nil, "", fmt.Errorf("redis url: cluster=%q: want true or false", v)
 		}
 	}
 	if q.Has("prefix") {
-		opt.Prefix = q.Get("prefix")
-		if opt.Prefix == "" {
-			return nil, errors.New("redis url: empty prefix=")
+		prefix = q.Get("prefix")
+		if prefix == "" {
+			return nil, "", errors.New("redis url: empty prefix=")
 		}
 	}
 	q.Del("cluster")
 	q.Del("prefix")
 	u.RawQuery = q.Encode()
-	var rdb goredis.UniversalClient
 	if cluster {
 		co, err := goredis.ParseClusterURL(u.String())
 		if err != nil {
-			return nil, fmt.Errorf("parse redis cluster url %s: %w", u.Redacted(), err)
+			return nil, "", fmt.Errorf("parse redis cluster url %s: %w", u.Redacted(), err)
 		}
 		rdb = goredis.NewClusterClient(co)
 	} else {
 		if q.Has("addr") {
-			return nil, fmt.Errorf("redis url %s: addr= needs cluster=true", u.Redacted())
+			return nil, "", fmt.Errorf("redis url %s: addr= needs cluster=true", u.Redacted())
 		}
 		o, err := goredis.ParseURL(u.String())
 		if err != nil {
-			return nil, fmt.Errorf("parse redis url %s: %w", u.Redacted(), err)
+			return nil, "", fmt.Errorf("parse redis url %s: %w", u.Redacted(), err)
 		}
 		rdb = goredis.NewClient(o)
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("connect to redis %s: %w", u.Redacted(), classify(err))
+		return nil, "", fmt.Errorf("connect to redis %s: %w", u.Redacted(), classify(err))
 	}
-	s := New(rdb, opt)
-	s.own = true
-	return s, nil
+	return rdb, prefix, nil
 }
 
 // New returns a store over a client the caller made (and closes after the
