@@ -62,7 +62,11 @@ func (e *env) ratio(r row) string {
 	if !ok || len(p.values) == 0 || p.median() == 0 {
 		return "— (" + r.peer + " not measured)"
 	}
-	return fmt.Sprintf("%.2f× %s", r.median()/p.median(), r.peer)
+	x := r.median() / p.median()
+	if x < 0.1 {
+		return fmt.Sprintf("%.3f× %s", x, r.peer) // pstest's receive rate would round to 0.00×
+	}
+	return fmt.Sprintf("%.2f× %s", x, r.peer)
 }
 
 // num formats a value: thousands separated above 1000, one decimal below.
