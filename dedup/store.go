@@ -73,9 +73,13 @@ type Verdict struct {
 // injected one.
 //
 // Claim: committed and live → Duplicate; absent or expired → Proceed
-// (pending, leased to MsgID); pending with the same MsgID → Proceed (our own
-// earlier attempt died); pending with another MsgID and a live lease →
-// InFlight; pending with an expired lease → Proceed (taken over).
+// (pending, leased to MsgID); pending with a live lease → InFlight, even
+// for the same MsgID; pending with an expired lease → Proceed (taken over).
+//
+// The same message ID is not let through a live lease: with replicas, a
+// message whose ack deadline passed (or a seek) is handed to another
+// replica while the first is still writing it, and letting it proceed
+// writes it twice. A claimant that died is taken over when its lease ends.
 //
 // Commit records the key as done until expires, whoever holds the lease (a
 // pending claim of another message is dropped): the sink already has the

@@ -171,7 +171,7 @@ func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
 		}
 		return dedup.Verdict{Status: dedup.Duplicate, Kind: kind}, nil
 	}
-	if p, ok := sh.pending[c.Key]; ok && p.msgID != c.MsgID && now < p.until {
+	if p, ok := sh.pending[c.Key]; ok && now < p.until {
 		return dedup.Verdict{Status: dedup.InFlight}, nil
 	}
 	sh.pending[c.Key] = pending{msgID: c.MsgID, until: c.LeaseUntil.UnixNano()}

@@ -107,7 +107,7 @@ func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
 			kind = dedup.Redelivery
 		}
 		return dedup.Verdict{Status: dedup.Duplicate, Kind: kind}, nil
-	case e.tag != tag:
+	default: // a live claim, whoever holds it
 		return dedup.Verdict{Status: dedup.InFlight}, nil
 	}
 	e.exp, e.tag = lease, tag

@@ -32,7 +32,7 @@ if v then
       if rest == ARGV[2] then return 2 end
       return 3
     end
-    if t == 'p' and rest ~= ARGV[1] and now < at then return 4 end
+    if t == 'p' and now < at then return 4 end
   end
 end
 redis.call('SET', KEYS[1], 'p' .. ARGV[4] .. ':' .. ARGV[1], 'PX', ARGV[5])
@@ -252,7 +252,7 @@ func (o *op) judge(v string) (script bool, err error) {
 			o.verdict.Kind = dedup.Redelivery
 		}
 		return false, nil
-	case v[0] == 'p' && rest != o.msgID && o.now < at:
+	case v[0] == 'p' && o.now < at:
 		o.verdict.Status = dedup.InFlight
 		return false, nil
 	}
