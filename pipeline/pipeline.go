@@ -414,5 +414,5 @@ func (p *Pipeline) commit(bg context.Context, m *Message, t dedup.Ticket) {
 
 // hold pauses before a nack, jittered so replicas do not retry in step.
 func hold(ctx context.Context) {
-	_ = backoff.Sleep(ctx, backoff.Delay(3, 100*time.Millisecond, time.Second))
+	_ = backoff.Sleep(ctx, backoff.Delay(1, 50*time.Millisecond, time.Second))
 }
