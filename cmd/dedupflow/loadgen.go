@@ -22,7 +22,6 @@ import (
 
 	"github.com/dedupflow/dedupflow/internal/backoff"
 	"github.com/dedupflow/dedupflow/publisher"
-	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 // Attributes loadgen sets on every message, so a consumer or a test can
@@ -114,21 +113,12 @@ as its "expected unique keys".
 	if err != nil {
 		return err
 	}
-	topic, err := pubsubio.TopicName(project, topicName)
+	p, pub, closePub, err := openPublisher(ctx, project, topicName,
+		publisher.Options{KeyAttribute: keyAttr, TimestampAttribute: tsAttr, Logger: log})
 	if err != nil {
 		return err
 	}
-	c, err := pubsubio.NewClient(ctx, topic.Project)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	pub := c.Publisher(topic.String())
-	defer pub.Stop()
-	p, err := publisher.New(pub, publisher.Options{KeyAttribute: keyAttr, TimestampAttribute: tsAttr, Logger: log})
-	if err != nil {
-		return err
-	}
+	defer closePub()
 	prog, err := newProgress(progressMode, stderr, plan.totals.Messages, 2*time.Second)
 	if err != nil {
 		return err
@@ -138,7 +128,7 @@ as its "expected unique keys".
 	start := time.Now()
 	runErr := g.run(ctx)
 	prog.finish()
-	s := g.summary(topic.String(), keyAttr, cfg.seed, time.Since(start), runErr == nil)
+	s := g.summary(pub.String(), keyAttr, cfg.seed, time.Since(start), runErr == nil)
 	if err := s.write(stdout, asJSON); err != nil {
 		return errors.Join(runErr, err)
 	}

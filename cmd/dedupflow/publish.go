@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
@@ -73,23 +74,13 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return fmt.Errorf("read --file: %w", err)
 		}
 	}
-	topic, err := pubsubio.TopicName(project, topicName)
-	if err != nil {
-		return err
-	}
-	c, err := pubsubio.NewClient(ctx, topic.Project)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	pub := c.Publisher(topic.String())
-	defer pub.Stop()
-	p, err := publisher.New(pub, publisher.Options{
+	p, _, closePub, err := openPublisher(ctx, project, topicName, publisher.Options{
 		KeyAttribute: keyAttr, TimestampAttribute: tsAttr, MaxAttempts: maxAttempts, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
+	defer closePub()
 	e := publisher.Event{Key: key, Data: body, Attributes: attrs}
 	if _, ok := attrs[tsAttr]; tsAttr != "" && !ok {
 		// One event time for all copies: they are one event.
@@ -158,4 +149,25 @@ func (a attrFlag) Set(s string) error {
 	}
 	a[name] = value
 	return nil
+}
+
+// openPublisher connects to the topic named by --project and --topic and
+// wraps its publisher in the stable-key helper; close stops both.
+func openPublisher(ctx context.Context, project, topicName string, o publisher.Options) (*publisher.Publisher, *pubsub.Publisher, func(), error) {
+	topic, err := pubsubio.TopicName(project, topicName)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := pubsubio.NewClient(ctx, topic.Project)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pub := c.Publisher(topic.String())
+	closeAll := func() { pub.Stop(); c.Close() }
+	p, err := publisher.New(pub, o)
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	return p, pub, closeAll, nil
 }
