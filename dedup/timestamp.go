@@ -23,9 +23,8 @@ func ParseTimestamp(s string) (time.Time, error) {
 		return time.Time{}, ErrTimestampMissing
 	}
 	if ms, err := strconv.ParseInt(s, 10, 64); err == nil {
-		const maxMs = 253402300799999 // 9999-12-31T23:59:59.999Z
-		if ms < -62135596800000 || ms > maxMs {
-			return time.Time{}, fmt.Errorf("%w: %q milliseconds is out of range", ErrTimestampMalformed, s)
+		if ms < minMs || ms > maxMs {
+			return time.Time{}, fmt.Errorf("%w: %q milliseconds is outside years 0001–9999", ErrTimestampMalformed, s)
 		}
 		return time.UnixMilli(ms).UTC(), nil
 	}
@@ -33,5 +32,18 @@ func ParseTimestamp(s string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%w: %q is neither milliseconds since the epoch nor RFC 3339", ErrTimestampMalformed, s)
 	}
+	// RFC 3339 allows year 0000, and an offset can push 0001 or 9999 over
+	// the edge; both forms must accept the same instants, so a time read
+	// here can always be written back as milliseconds.
+	if ms := t.UnixMilli(); ms < minMs || ms > maxMs {
+		return time.Time{}, fmt.Errorf("%w: %q is outside years 0001–9999", ErrTimestampMalformed, s)
+	}
 	return t.Truncate(time.Millisecond).UTC(), nil
 }
+
+// The instants both forms accept: 0001-01-01T00:00:00Z to
+// 9999-12-31T23:59:59.999Z, the range of RFC 3339 years in UTC.
+const (
+	minMs = -62135596800000
+	maxMs = 253402300799999
+)

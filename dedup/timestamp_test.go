@@ -24,7 +24,11 @@ func TestParseTimestamp(t *testing.T) {
 		{"yesterday", time.Time{}, ErrTimestampMalformed},
 		{"2023-11-14 22:13:20", time.Time{}, ErrTimestampMalformed},
 		{"1700000000123.5", time.Time{}, ErrTimestampMalformed},
-		{"99999999999999999", time.Time{}, ErrTimestampMalformed}, // past year 9999
+		{"99999999999999999", time.Time{}, ErrTimestampMalformed},    // past year 9999
+		{"0000-01-01T00:00:00Z", time.Time{}, ErrTimestampMalformed}, // before year 1
+		{"0001-01-01T00:00:00+01:00", time.Time{}, ErrTimestampMalformed},
+		{"9999-12-31T23:59:59-01:00", time.Time{}, ErrTimestampMalformed},
+		{"0001-01-01T00:00:00Z", time.UnixMilli(-62135596800000), nil},
 	}
 	for _, c := range cases {
 		got, err := ParseTimestamp(c.in)
