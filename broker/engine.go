@@ -24,9 +24,10 @@ const (
 func (b *Broker) nowNanos() int64 { return b.now().UnixNano() }
 
 // publishLocked stores a new message on t and hands it to every attached
-// subscription. size is what checkMessage computed.
-func (b *Broker) publishLocked(t *topic, data []byte, attrs map[string]string, key string, size int, now int64) *message {
-	m := &message{seq: b.nextSeq, topic: t.id, publish: now, data: data, attrs: attrs, key: key, size: size}
+// subscription. body is what encodeBody made of the data and attributes,
+// size is what checkMessage computed.
+func (b *Broker) publishLocked(t *topic, body []byte, key string, size int, now int64) *message {
+	m := &message{seq: b.nextSeq, topic: t.id, publish: now, body: body, key: key, size: size}
 	b.nextSeq++
 	b.logPublish(m)
 	b.fanoutLocked(t, m)
@@ -47,12 +48,13 @@ func (b *Broker) fanoutLocked(t *topic, m *message) {
 // deliverLocked leases up to maxMsgs messages of s, stopping before maxBytes
 // would be exceeded (the first message always goes, so that a message larger
 // than the budget cannot block the subscription).
-func (b *Broker) deliverLocked(s *subscription, maxMsgs, maxBytes int, deadline time.Duration, st *pullStream) []*pb.ReceivedMessage {
+func (b *Broker) deliverLocked(s *subscription, maxMsgs, maxBytes int, deadline time.Duration, st *pullStream, out []delivery) []delivery {
 	now := b.nowNanos()
 	cutoff := now - int64(s.retention())
-	var out []*pb.ReceivedMessage
+	base := len(out)
+	maxMsgs += base
 	bytes := 0
-	fits := func(m *message) bool { return len(out) == 0 || bytes+m.size <= maxBytes }
+	fits := func(m *message) bool { return len(out) == base || bytes+m.size <= maxBytes }
 	for len(out) < maxMsgs && s.ready.len() > 0 {
 		it := s.ready.front()
 		if it.m != nil {
@@ -99,9 +101,7 @@ func (b *Broker) deliverLocked(s *subscription, maxMsgs, maxBytes int, deadline 
 	return out
 }
 
-func ackIDOf(id uint64) string { return strconv.FormatUint(id, 36) }
-
-func (b *Broker) leaseLocked(s *subscription, it item, now int64, deadline time.Duration, st *pullStream) *pb.ReceivedMessage {
+func (b *Broker) leaseLocked(s *subscription, it item, now int64, deadline time.Duration, st *pullStream) delivery {
 	it.attempts++
 	b.nextLease++
 	l := &lease{id: b.nextLease, sub: s, it: it, at: now + int64(deadline), st: st}
@@ -111,11 +111,11 @@ func (b *Broker) leaseLocked(s *subscription, it item, now int64, deadline time.
 		st.outMsgs++
 		st.outBytes += it.m.size
 	}
-	rm := &pb.ReceivedMessage{AckId: ackIDOf(l.id), Message: it.m.proto()}
+	d := delivery{m: it.m, ackID: l.id}
 	if s.proto.DeadLetterPolicy != nil {
-		rm.DeliveryAttempt = it.attempts
+		d.attempt = it.attempts
 	}
-	return rm
+	return d
 }
 
 // lookupLease finds the live lease behind an ack ID, or nil when the ID is
@@ -229,19 +229,20 @@ func (b *Broker) deadLetterLocked(s *subscription, it item, now int64) bool {
 		return false
 	}
 	project, subID, _ := parseName(s.proto.Name, "subscriptions")
-	attrs := make(map[string]string, len(it.m.attrs)+4)
-	maps.Copy(attrs, it.m.attrs)
+	orig := it.m.attrs()
+	attrs := make(map[string]string, len(orig)+4)
+	maps.Copy(attrs, orig)
 	attrs[attrDLDeliveryCount] = strconv.Itoa(int(it.attempts))
 	attrs[attrDLSubscription] = subID
 	attrs[attrDLProject] = project
 	attrs[attrDLPublishTime] = time.Unix(0, it.m.publish).UTC().Format("2006-01-02T15:04:05.000Z")
 	size := it.m.size
 	for k, v := range attrs {
-		if _, ok := it.m.attrs[k]; !ok {
+		if _, ok := orig[k]; !ok {
 			size += len(k) + len(v)
 		}
 	}
-	b.publishLocked(t, it.m.data, attrs, it.m.key, size, now)
+	b.publishLocked(t, encodeBody(it.m.data(), attrs), it.m.key, size, now)
 	b.finishLocked(s, it.m)
 	b.releaseKeyLocked(s, it.m)
 	return true

@@ -128,8 +128,8 @@ func TestDeliveryDoesNotScanBacklog(t *testing.T) {
 		s := b.subs[sub.Name]
 		start := time.Now()
 		for range 2000 {
-			for _, rm := range b.deliverLocked(s, 1, 1<<20, time.Minute, nil) {
-				b.ackLocked(s, []string{rm.AckId})
+			for _, d := range b.deliverLocked(s, 1, 1<<20, time.Minute, nil, nil) {
+				b.ackLocked(s, []string{ackIDOf(d.ackID)})
 			}
 		}
 		return time.Since(start)

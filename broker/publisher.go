@@ -209,6 +209,12 @@ func (p *publisherServer) Publish(ctx context.Context, req *pb.PublishRequest) (
 	if total > maxRequestBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "publish request carries %d bytes, the limit is %d", total, maxRequestBytes)
 	}
+	// Encoded before the lock is taken, so that other requests do not wait
+	// for it.
+	bodies := make([][]byte, len(req.Messages))
+	for i, m := range req.Messages {
+		bodies[i] = encodeBody(m.Data, m.Attributes)
+	}
 	b := p.b
 	ids := make([]string, len(req.Messages))
 	b.mu.Lock()
@@ -219,9 +225,7 @@ func (p *publisherServer) Publish(ctx context.Context, req *pb.PublishRequest) (
 	}
 	now := b.nowNanos()
 	for i, m := range req.Messages {
-		// The request's buffers are owned by us from here on; gRPC does not
-		// reuse them, so the message keeps them without a copy.
-		ids[i] = b.publishLocked(t, m.Data, m.Attributes, m.OrderingKey, sizes[i], now).id()
+		ids[i] = b.publishLocked(t, bodies[i], m.OrderingKey, sizes[i], now).id()
 	}
 	off := b.offsetLocked()
 	b.mu.Unlock()

@@ -40,12 +40,12 @@ func appendMessage(dst []byte, m *message) []byte {
 	dst = binary.AppendUvarint(dst, m.topic)
 	dst = binary.AppendVarint(dst, m.publish)
 	dst = appendString(dst, m.key)
-	dst = appendBytes(dst, m.data)
-	dst = binary.AppendUvarint(dst, uint64(len(m.attrs)))
-	for k, v := range m.attrs {
-		dst = appendString(dst, k)
-		dst = appendString(dst, v)
-	}
+	dst = appendBytes(dst, m.data())
+	dst = binary.AppendUvarint(dst, uint64(m.numAttrs()))
+	m.eachAttr(func(k, v []byte) {
+		dst = appendBytes(dst, k)
+		dst = appendBytes(dst, v)
+	})
 	return dst
 }
 
@@ -170,24 +170,23 @@ func (r *reader) string() string { return string(r.bytes()) }
 func (r *reader) message() *message {
 	m := &message{seq: r.uvarint(), topic: r.uvarint(), publish: r.varint()}
 	m.key = r.string()
-	m.data = r.bytes()
-	if len(m.data) == 0 {
-		m.data = nil
-	}
+	data := r.bytes()
 	n := r.uvarint()
 	if n > maxAttributes*2 {
 		r.err = errCorrupt
 		return nil
 	}
+	var attrs map[string]string
 	if n > 0 {
-		m.attrs = make(map[string]string, n)
+		attrs = make(map[string]string, n)
 	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
 		k := r.string()
-		m.attrs[k] = r.string()
+		attrs[k] = r.string()
 	}
-	m.size = len(m.data) + len(m.key)
-	for k, v := range m.attrs {
+	m.body = encodeBody(data, attrs)
+	m.size = len(data) + len(m.key)
+	for k, v := range attrs {
 		m.size += len(k) + len(v)
 	}
 	return m

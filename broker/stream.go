@@ -100,6 +100,10 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 	}()
 
 	ctx := stream.Context()
+	// The batch and its encoding are reused from one response to the next.
+	var ds []delivery
+	var enc []byte
+	resp := &pb.StreamingPullResponse{}
 	for {
 		b.mu.Lock()
 		if s.deleted() {
@@ -107,14 +111,20 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 			return status.Errorf(codes.NotFound, "subscription %s was deleted", req.Subscription)
 		}
 		b.fireTimersLocked(b.nowNanos())
-		msgs := srv.streamBatchLocked(s, st)
-		props := &pb.StreamingPullResponse_SubscriptionProperties{
-			ExactlyOnceDeliveryEnabled: s.eod(),
-			MessageOrderingEnabled:     s.ordered(),
-		}
+		ds = srv.streamBatchLocked(s, st, ds[:0])
+		eod, ordered := s.eod(), s.ordered()
 		b.mu.Unlock()
-		if len(msgs) > 0 {
-			if err := stream.Send(&pb.StreamingPullResponse{ReceivedMessages: msgs, SubscriptionProperties: props}); err != nil {
+		// Messages are immutable once published, so they are encoded
+		// outside the lock.
+		enc = appendStreamResponse(enc[:0], ds, eod, ordered)
+		n := len(ds)
+		clear(ds) // do not keep acknowledged messages reachable
+		if n > 0 {
+			err := sendEncoded(stream, resp, enc)
+			if cap(enc) > maxStreamBatchBytes {
+				enc = nil // a batch of large messages must not pin its buffer
+			}
+			if err != nil {
 				return err
 			}
 			continue
@@ -124,7 +134,7 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 		case <-st.ping:
 			// Clients close streams that stay silent after their keepalive
 			// pings, so a ping gets an empty response.
-			if err := stream.Send(&pb.StreamingPullResponse{SubscriptionProperties: props}); err != nil {
+			if err := sendEncoded(stream, resp, enc); err != nil {
 				return err
 			}
 		case err := <-recvDone:
@@ -140,8 +150,21 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 	}
 }
 
-// streamBatchLocked leases what the stream's flow control allows.
-func (srv *subscriberServer) streamBatchLocked(s *subscription, st *pullStream) []*pb.ReceivedMessage {
+// sendEncoded sends a StreamingPullResponse that appendStreamResponse
+// encoded. The bytes travel as the unknown fields of an empty response: the
+// protobuf runtime writes unknown fields out verbatim, and the client
+// decodes them as the fields they are. Send has copied them when it
+// returns, so the caller may reuse enc.
+func sendEncoded(stream pb.Subscriber_StreamingPullServer, resp *pb.StreamingPullResponse, enc []byte) error {
+	resp.ProtoReflect().SetUnknown(enc)
+	err := stream.Send(resp)
+	resp.ProtoReflect().SetUnknown(nil)
+	return err
+}
+
+// streamBatchLocked leases what the stream's flow control allows, appending
+// to ds.
+func (srv *subscriberServer) streamBatchLocked(s *subscription, st *pullStream, ds []delivery) []delivery {
 	room := maxStreamBatch
 	if st.maxMsgs > 0 {
 		room = min(room, st.maxMsgs-st.outMsgs)
@@ -151,9 +174,9 @@ func (srv *subscriberServer) streamBatchLocked(s *subscription, st *pullStream) 
 		byteRoom = min(byteRoom, st.maxBytes-st.outBytes)
 	}
 	if room <= 0 || (byteRoom <= 0 && st.outMsgs > 0) {
-		return nil
+		return ds
 	}
-	return srv.b.deliverLocked(s, room, max(byteRoom, 1), st.deadline, st)
+	return srv.b.deliverLocked(s, room, max(byteRoom, 1), st.deadline, st, ds)
 }
 
 // streamRequestLocked applies acks, deadline changes and settings that a

@@ -169,9 +169,13 @@ func (srv *subscriberServer) Pull(ctx context.Context, req *pb.PullRequest) (*pb
 		}
 		b.fireTimersLocked(b.nowNanos())
 		deadline := time.Duration(s.proto.AckDeadlineSeconds) * time.Second
-		msgs := b.deliverLocked(s, int(min(req.MaxMessages, 10000)), maxRequestBytes, deadline, nil)
-		if len(msgs) > 0 || req.ReturnImmediately { //nolint:staticcheck // still sent by old clients
+		ds := b.deliverLocked(s, int(min(req.MaxMessages, 10000)), maxRequestBytes, deadline, nil, nil)
+		if len(ds) > 0 || req.ReturnImmediately { //nolint:staticcheck // still sent by old clients
 			b.mu.Unlock()
+			msgs := make([]*pb.ReceivedMessage, len(ds))
+			for i, d := range ds {
+				msgs[i] = d.proto()
+			}
 			return &pb.PullResponse{ReceivedMessages: msgs}, nil
 		}
 		s.waiters[wake] = struct{}{}

@@ -1,0 +1,89 @@
+package broker
+
+import (
+	"maps"
+	"testing"
+	"time"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// TestStreamResponseEncoding checks the hand-written StreamingPullResponse
+// encoding against what the protobuf runtime decodes from it.
+func TestStreamResponseEncoding(t *testing.T) {
+	type in struct {
+		seq     uint64
+		publish time.Time
+		data    []byte
+		attrs   map[string]string
+		key     string
+		ackID   uint64
+		attempt int32
+	}
+	ins := []in{
+		{seq: 1, publish: time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC), data: []byte("hello"),
+			attrs: map[string]string{"a": "1", "empty": "", "": "no key"}, ackID: 1},
+		{seq: 1 << 40, publish: time.Unix(0, 0), attrs: map[string]string{"only": "attrs"}, ackID: 1<<64 - 1, attempt: 3},
+		{seq: 77, publish: time.Date(1960, 1, 1, 0, 0, 0, 5, time.UTC), data: make([]byte, 300), key: "k",
+			ackID: 36 * 36, attempt: 1},
+		{seq: 78, publish: time.Unix(1700000000, 0), data: []byte{0}, ackID: 5},
+	}
+	var ds []delivery
+	var want []*pb.ReceivedMessage
+	for _, x := range ins {
+		m := &message{seq: x.seq, publish: x.publish.UnixNano(), body: encodeBody(x.data, x.attrs), key: x.key}
+		ds = append(ds, delivery{m: m, ackID: x.ackID, attempt: x.attempt})
+		want = append(want, &pb.ReceivedMessage{
+			AckId: ackIDOf(x.ackID),
+			Message: &pb.PubsubMessage{Data: x.data, Attributes: x.attrs, MessageId: m.id(),
+				PublishTime: timestamppb.New(x.publish), OrderingKey: x.key},
+			DeliveryAttempt: x.attempt,
+		})
+		// The message gives its data and attributes back.
+		if string(m.data()) != string(x.data) || (len(x.data) == 0) != (m.data() == nil) {
+			t.Errorf("seq %d: data %q, want %q", x.seq, m.data(), x.data)
+		}
+		if !maps.Equal(m.attrs(), x.attrs) || m.numAttrs() != len(x.attrs) {
+			t.Errorf("seq %d: attributes %v (%d), want %v", x.seq, m.attrs(), m.numAttrs(), x.attrs)
+		}
+		if !proto.Equal(m.proto(), want[len(want)-1].Message) {
+			t.Errorf("seq %d: proto %v, want %v", x.seq, m.proto(), want[len(want)-1].Message)
+		}
+	}
+	for _, tc := range []struct {
+		ds           []delivery
+		want         []*pb.ReceivedMessage
+		eod, ordered bool
+	}{
+		{ds, want, false, false}, {ds[:1], want[:1], true, false}, {ds[2:], want[2:], false, true},
+		{nil, nil, true, true}, {nil, nil, false, false},
+	} {
+		want := &pb.StreamingPullResponse{ReceivedMessages: tc.want,
+			SubscriptionProperties: &pb.StreamingPullResponse_SubscriptionProperties{
+				ExactlyOnceDeliveryEnabled: tc.eod, MessageOrderingEnabled: tc.ordered}}
+		enc := appendStreamResponse([]byte("junk"), tc.ds, tc.eod, tc.ordered)
+		got := &pb.StreamingPullResponse{}
+		if err := proto.Unmarshal(enc[4:], got); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(want, got) {
+			t.Errorf("decoded response differs:\nwant %v\ngot  %v", prototext.Format(want), prototext.Format(got))
+		}
+		if len(got.ProtoReflect().GetUnknown()) != 0 {
+			t.Errorf("unknown fields left after decoding: %x", got.ProtoReflect().GetUnknown())
+		}
+		// What the stream sends is exactly the encoding.
+		resp := &pb.StreamingPullResponse{}
+		resp.ProtoReflect().SetUnknown(enc[4:])
+		wire, err := proto.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(wire) != string(enc[4:]) {
+			t.Errorf("marshalled response is not the encoding")
+		}
+	}
+}
