@@ -3,6 +3,7 @@ package disk
 import (
 	"context"
 	"encoding/binary"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -11,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/testenv"
@@ -76,7 +77,7 @@ func BenchmarkClaimCommit(b *testing.B) {
 
 // BenchmarkReopen times Open of a file holding N live keys (default 1M;
 // DEDUPFLOW_BENCH_KEYS=10000000 for the 10M figure, by hand: it writes a
-// file of ~450 MB and takes a minute to build; DEDUPFLOW_BENCH_FILE=PATH
+// database of ~280 MB and takes a minute to build; DEDUPFLOW_BENCH_FILE=PATH
 // keeps it between runs).
 //
 //	DEDUPFLOW_BENCH_KEYS=10000000 go test -run '^$' -bench Reopen -benchtime 3x -timeout 30m ./store/disk
@@ -97,9 +98,16 @@ func BenchmarkReopen(b *testing.B) {
 		fill(b, s, n, time.Now().Add(24*time.Hour))
 		s.Close()
 	}
-	if fi, err := os.Stat(path); err == nil {
-		b.ReportMetric(float64(fi.Size())/float64(n), "file-bytes/key")
-	}
+	var size int64
+	_ = filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				size += fi.Size()
+			}
+		}
+		return nil
+	})
+	b.ReportMetric(float64(size)/float64(n), "file-bytes/key")
 	var ms runtime.MemStats
 	var cpu time.Duration
 	b.ResetTimer()
@@ -130,38 +138,37 @@ func BenchmarkReopen(b *testing.B) {
 }
 
 // cpuTime is the CPU time (user and system) the process has used.
-// fill writes n committed keys straight into the file as groups of 1000,
-// as a busy store writes them: building ten million keys through Commit
-// would measure the commit path, not the reopen.
+// fill writes n committed keys straight into the database as groups of
+// 1000, as a busy store writes them: building ten million keys through
+// Commit would measure the commit path, not the reopen.
 func fill(b *testing.B, s *Store, n int, exp time.Time) {
-	const group, perTx = 1000, 200
+	const group, perBatch = 1000, 200
 	base := exp.UnixNano()
 	for done := 0; done < n; {
-		err := s.w.db.Update(func(tx *bolt.Tx) error {
-			bk := tx.Bucket(bucketGroups)
-			for range perTx {
-				m := min(group, n-done)
-				if m == 0 {
-					return nil
-				}
-				v := make([]byte, m*recLen)
-				var maxExp int64
-				for i := range m {
-					r := rec{exp: base + int64(done+i)*1000, tag: 1}
-					putRec(v[i*recLen:], benchKey(), r)
-					maxExp = r.exp
-				}
-				seq, _ := bk.NextSequence()
-				k := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(maxExp)), seq)
-				if err := bk.Put(k, v); err != nil {
-					return err
-				}
-				done += m
+		bt := s.w.db.NewBatch()
+		for range perBatch {
+			m := min(group, n-done)
+			if m == 0 {
+				break
 			}
-			return nil
-		})
-		if err != nil {
+			v := make([]byte, m*recLen)
+			var maxExp int64
+			for i := range m {
+				r := rec{exp: base + int64(done+i)*1000, tag: 1}
+				putRec(v[i*recLen:], benchKey(), r)
+				maxExp = r.exp
+			}
+			s.w.seq++
+			k := make([]byte, groupKeyLen)
+			groupKey(k, maxExp, s.w.seq)
+			if err := bt.Set(k, v, nil); err != nil {
+				b.Fatal(err)
+			}
+			done += m
+		}
+		if err := bt.Commit(pebble.NoSync); err != nil {
 			b.Fatal(err)
 		}
+		bt.Close()
 	}
 }

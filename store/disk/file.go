@@ -1,38 +1,47 @@
 package disk
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/dedupflow/dedupflow/dedup"
 )
 
-var (
-	bucketGroups = []byte("groups-by-expiry")
-	bucketMeta   = []byte("meta")
-	keyVersion   = []byte("version")
-)
-
-// The file holds one bbolt entry per group commit: the key is the largest
-// expiry in the group (8 bytes, big-endian) and a sequence number (8 bytes),
-// the value the group's records, recLen bytes each.
+// The store holds one entry per group commit: the key is the largest
+// expiry in the group (8 bytes, big-endian, so positive expiries start
+// below 0x80) and a sequence number (8 bytes), the value the group's
+// records, recLen bytes each. Other keys start with 0xff, after every group.
 const (
-	formatVersion = 2
+	formatVersion = 3
 	groupKeyLen   = 16
 	recLen        = 16 + 8 + 4 // dedup key, expiry (Unix ns, big-endian), tag (little-endian)
-	// idleSweep bounds the records one idle sweep transaction deletes, so
-	// a commit that arrives behind it waits milliseconds, not the backlog.
+	// idleSweep bounds the records one idle sweep reads, so a commit
+	// queued behind it waits milliseconds, not the backlog.
 	idleSweep = 20000
+	// exciseAfter: swept groups are cut from the file once this many
+	// bytes of them piled up (or a minute passed), not at every sweep:
+	// each cut rewrites the manifest.
+	exciseAfter = 64 << 20
+	exciseEvery = time.Minute
+)
+
+var (
+	keyVersion = []byte("\xffversion")
+	groupsEnd  = []byte{0xff}
+	groupsLow  = []byte{0x00}
 )
 
 func putRec(b []byte, k dedup.Key, r rec) {
@@ -52,11 +61,17 @@ func getRec(b []byte) (dedup.Key, rec) {
 
 func groupExp(k []byte) int64 { return int64(binary.BigEndian.Uint64(k)) }
 
-// writer owns the bbolt file: the one goroutine that writes it, grouping
-// concurrent commits into one transaction, and the sweep.
+func groupKey(b []byte, exp int64, seq uint64) {
+	binary.BigEndian.PutUint64(b, uint64(max(exp, 0)))
+	binary.BigEndian.PutUint64(b[8:], seq)
+}
+
+// writer owns the Pebble database: the one goroutine that writes it,
+// grouping concurrent commits into one batch, and the sweep.
 type writer struct {
 	s     *Store
-	db    *bolt.DB
+	db    *pebble.DB
+	wo    *pebble.WriteOptions
 	log   *slog.Logger
 	every time.Duration
 
@@ -68,15 +83,34 @@ type writer struct {
 	stop   chan struct{}
 	exited chan struct{}
 
+	// txMu serialises the writer's batches and sweeps with Sweep's, and
+	// guards what follows.
+	txMu sync.Mutex
+	seq  uint64
+	// swept: every group below this key has been swept from the index
+	// (nil: none yet). Sweeps start here, so they never step over the
+	// swept groups still in the file.
+	swept []byte
+	// nextExp: no group the sweep has not read yet expires before this
+	// (the first live group it stopped at, or a group written since), so
+	// most sweeps are skipped without opening an iterator.
+	nextExp int64
+	// unexcised counts bytes of swept groups still in the file.
+	unexcised  int64
+	lastExcise time.Time
+	// lock is the directory's, taken before Pebble opens it so that a
+	// second process can be told apart from other failures.
+	lock *pebble.Lock
+
 	// examined counts groups the sweeps looked at, so a test can check
 	// that sweeping never walks the live keys.
 	examined atomic.Int64
-	// txs and keys count write transactions and the commits they carried:
+	// txs and keys count write batches and the commits they carried:
 	// keys/txs is the group-commit factor.
 	txs, keys atomic.Int64
 }
 
-// group is the set of commits that share one transaction and one fsync.
+// group is the set of commits that share one batch and one fsync.
 type group struct {
 	keys []dedup.Key
 	recs []rec
@@ -91,63 +125,107 @@ type sweptKey struct {
 
 func newGroup() *group { return &group{done: make(chan struct{})} }
 
+// pebbleLog sends Pebble's reports to the store's logger.
+type pebbleLog struct{ log *slog.Logger }
+
+func (l pebbleLog) Infof(format string, args ...any)  { l.log.Debug(fmt.Sprintf(format, args...)) }
+func (l pebbleLog) Errorf(format string, args ...any) { l.log.Error(fmt.Sprintf(format, args...)) }
+func (l pebbleLog) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("state file: "+format, args...))
+}
+
 func openWriter(ctx context.Context, path string, opt Options, s *Store) (*writer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout: time.Second,
-		// The freelist is written with every commit (one page more per
-		// fsync) rather than rebuilt on open: rebuilding walks every page,
-		// 0.7 s of CPU at 10M keys.
-		FreelistType: bolt.FreelistMapType,
-		NoSync:       opt.NoSync,
-		MmapFlags:    mmapFlags,
-	})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("open state file %s: another process holds it", path)
+	if err := os.MkdirAll(path, 0o700); err != nil {
+		return nil, fmt.Errorf("open state directory %s: %w", path, err)
 	}
+	lock, err := lockDir(ctx, path)
 	if err != nil {
-		return nil, fmt.Errorf("open state file %s: %w", path, err)
+		return nil, err
+	}
+	o := &pebble.Options{
+		Lock:               lock,
+		Logger:             pebbleLog{opt.Logger},
+		FormatMajorVersion: pebble.FormatNewest, // Excise needs virtual tables
+		MemTableSize:       64 << 20,
+	}
+	o.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
+	db, err := pebble.Open(path, o)
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("open state directory %s: %w", path, err)
 	}
 	w := &writer{
 		s: s, db: db, log: opt.Logger, every: opt.SweepEvery,
+		wo:   pebble.Sync,
 		cur:  newGroup(),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), exited: make(chan struct{}),
+		lastExcise: time.Now(),
+	}
+	if opt.NoSync {
+		w.wo = pebble.NoSync
+	}
+	fail := func(err error) (*writer, error) {
+		db.Close()
+		lock.Close()
+		return nil, fmt.Errorf("open state directory %s: %w", path, err)
 	}
 	if err := w.init(); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open state file %s: %w", path, err)
+		return fail(err)
 	}
 	n, err := w.load(ctx)
 	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("load state file %s: %w", path, err)
+		return fail(err)
 	}
+	w.lock = lock
 	w.log.Info("state file opened", "path", path, "keys", n, "took", time.Since(start).Round(time.Millisecond))
 	go w.loop()
 	return w, nil
 }
 
-// init creates the buckets of a new file and checks the version of an old
-// one, so a future layout is refused instead of misread.
+// lockDir takes the directory's lock, waiting up to a second for another
+// process to let go of it (a restart that overlaps the old process).
+func lockDir(ctx context.Context, path string) (*pebble.Lock, error) {
+	deadline := time.Now().Add(time.Second)
+	for {
+		l, err := pebble.LockDirectory(path, vfs.Default)
+		if err == nil {
+			return l, nil
+		}
+		held := errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
+			strings.Contains(err.Error(), "held by current process")
+		if !held {
+			return nil, fmt.Errorf("lock state directory %s: %w", path, err)
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("open state directory %s: another process holds it (%w)", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// init writes the version of a new store and checks that of an old one,
+// so a future layout is refused instead of misread.
 func (w *writer) init() error {
-	return w.db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		if v := meta.Get(keyVersion); v != nil {
-			if len(v) != 4 || binary.BigEndian.Uint32(v) != formatVersion {
-				return fmt.Errorf("unsupported state file version %x (want %d)", v, formatVersion)
-			}
-		} else if err := meta.Put(keyVersion, binary.BigEndian.AppendUint32(nil, formatVersion)); err != nil {
-			return err
-		}
-		_, err = tx.CreateBucketIfNotExists(bucketGroups)
+	v, closer, err := w.db.Get(keyVersion)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return w.db.Set(keyVersion, binary.BigEndian.AppendUint32(nil, formatVersion), pebble.Sync)
+	}
+	if err != nil {
 		return err
-	})
+	}
+	defer closer.Close()
+	if len(v) != 4 || binary.BigEndian.Uint32(v) != formatVersion {
+		return fmt.Errorf("unsupported state file version %x (want %d)", v, formatVersion)
+	}
+	return nil
 }
 
 // load rebuilds the index from the file. Inserting records straight into
@@ -155,11 +233,13 @@ func (w *writer) init() error {
 // megabytes per key, a cache and TLB miss each (measured: 30 s for 10M keys
 // under load); instead a chunk of records is split by shard into flat
 // slices (sequential writes), then every shard's table takes its slice,
-// within a megabyte or two. One goroutine indexes a chunk while the cursor
-// fills the other buffer, so on two cores the load takes about as long as
-// the longer of the two. The buffers are reused: fresh pages cost a fault
-// each, which on a busy VM was much of the time. A key committed twice
-// keeps its later expiry, as Commit keeps it.
+// within a megabyte or two. Two goroutines index a chunk, half the shards
+// each, while the iterator fills the other buffer. The buffers are reused:
+// fresh pages cost a fault each, which on a busy VM was much of the time
+// (it still is for the tables: their first touch is most of what is left,
+// about 1 of the 2.3 CPU-seconds of a 10M-key open; splitting each shard's
+// slice further, so that it lands in cache, did not help). A key committed
+// twice keeps its later expiry, as Commit keeps it.
 func (w *writer) load(ctx context.Context) (int, error) {
 	const (
 		nshards = 1 << shardBits
@@ -170,54 +250,69 @@ func (w *writer) load(ctx context.Context) (int, error) {
 	var indexer sync.WaitGroup
 	index := func(parts *[nshards][]loadRec) {
 		indexer.Wait()
-		indexer.Go(func() {
-			for i := range parts {
-				sh := &w.s.shards[i]
-				for _, r := range parts[i] {
-					sh.setDone(r.k, r.rec) // not shared yet: no lock
+		for half := range 2 { // shards are independent: both cores
+			indexer.Go(func() {
+				for i := half * nshards / 2; i < (half+1)*nshards/2; i++ {
+					sh := &w.s.shards[i]
+					for _, r := range parts[i] {
+						sh.setDone(r.k, r.rec) // not shared yet: no lock
+					}
+					parts[i] = parts[i][:0]
 				}
-				parts[i] = parts[i][:0]
-			}
-		})
+			})
+		}
 	}
-	n := 0
-	err := w.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketGroups).Cursor()
-		// Count first (one step per group, not per record) to size the
-		// tables once rather than grow them ten million keys long.
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if len(k) != groupKeyLen || len(v)%recLen != 0 {
-				return fmt.Errorf("corrupt group %x (%d bytes)", k, len(v))
-			}
-			n += len(v) / recLen
+	for i := range bufs {
+		for j := range bufs[i] {
+			bufs[i][j] = make([]loadRec, 0, chunk/nshards+chunk/nshards/4)
 		}
-		per := n / nshards
-		for i := range w.s.shards {
-			w.s.shards[i].done = newIndex(per + per/16)
-		}
-		cur, inChunk := 0, 0
-		parts := &bufs[cur]
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			inChunk += len(v) / recLen
-			for ; len(v) > 0; v = v[recLen:] {
-				key, r := getRec(v)
-				i := key.Hi() >> (64 - shardBits)
-				parts[i] = append(parts[i], loadRec{key, r})
-			}
-			if inChunk >= chunk {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				index(parts)
-				cur, inChunk = 1-cur, 0
-				parts = &bufs[cur]
-			}
-		}
-		index(parts)
-		return nil
-	})
-	indexer.Wait()
+	}
+	it, err := w.db.NewIter(&pebble.IterOptions{LowerBound: groupsLow, UpperBound: groupsEnd})
 	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	// Count first (one step per group, not per record) to size the
+	// tables once rather than grow them ten million keys long.
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(k) != groupKeyLen || len(v)%recLen != 0 {
+			return 0, fmt.Errorf("corrupt group %x (%d bytes)", k, len(v))
+		}
+		n += len(v) / recLen
+		w.seq = max(w.seq, binary.BigEndian.Uint64(k[8:]))
+	}
+	if err := it.Error(); err != nil {
+		return 0, err
+	}
+	per := n / nshards
+	for i := range w.s.shards {
+		w.s.shards[i].done = newIndex(per + per/16)
+	}
+	cur, inChunk := 0, 0
+	parts := &bufs[cur]
+	for ok := it.First(); ok; ok = it.Next() {
+		v := it.Value()
+		inChunk += len(v) / recLen
+		for ; len(v) > 0; v = v[recLen:] {
+			key, r := getRec(v)
+			i := key.Hi() >> (64 - shardBits)
+			parts[i] = append(parts[i], loadRec{key, r})
+		}
+		if inChunk >= chunk {
+			if err := ctx.Err(); err != nil {
+				indexer.Wait()
+				return 0, err
+			}
+			index(parts)
+			cur, inChunk = 1-cur, 0
+			parts = &bufs[cur]
+		}
+	}
+	index(parts)
+	indexer.Wait()
+	if err := it.Error(); err != nil {
 		return 0, err
 	}
 	w.log.Debug("state file loaded", "keys", n, "took", time.Since(start).Round(time.Millisecond))
@@ -244,10 +339,15 @@ func (w *writer) put(ctx context.Context, k dedup.Key, r rec) error {
 	case w.wake <- struct{}{}:
 	default:
 	}
+	done := ctx.Done()
+	if done == nil {
+		<-g.done // a plain receive: select costs more, per commit
+		return g.err
+	}
 	select {
 	case <-g.done:
 		return g.err
-	case <-ctx.Done():
+	case <-done:
 		// The write may still land; that is harmless, the sink has it.
 		return ctx.Err()
 	}
@@ -261,9 +361,9 @@ func (w *writer) take() *group {
 	return g
 }
 
-// loop is the writer goroutine. While one transaction syncs, commits pile
-// up in the next group: that is the whole group-commit mechanism, with no
-// timer to tune.
+// loop is the writer goroutine. While one batch syncs, commits pile up in
+// the next group: that is the whole group-commit mechanism, with no timer
+// to tune.
 func (w *writer) loop() {
 	defer close(w.exited)
 	t := time.NewTicker(w.every)
@@ -286,6 +386,11 @@ func (w *writer) loop() {
 		if stopping {
 			return
 		}
+		if tick {
+			if err := w.excise(false); err != nil {
+				w.log.Error("state file cleanup failed", "err", err)
+			}
+		}
 		if more {
 			select {
 			case w.wake <- struct{}{}:
@@ -295,52 +400,35 @@ func (w *writer) loop() {
 	}
 }
 
-// write commits a group as one bbolt entry in one transaction: one Put of
-// one contiguous value, however many commits share it (a Put per commit
-// made bbolt's B+tree work, not the fsync, the limit). It also sweeps up
-// to twice as many expired records as it adds, so the file shrinks as fast
-// as it grows, at no extra fsync. It reports whether expired groups remain.
+// write commits a group as one entry in one batch: one Set of one
+// contiguous value, however many commits share it. Then it sweeps up to
+// twice as many expired records as it added, so the index shrinks as fast
+// as it grows. It reports whether expired groups remain.
 func (w *writer) write(g *group, now int64) (more bool) {
-	defer close(g.done)
-	limit := 2*len(g.keys) + 256
-	if len(g.keys) == 0 {
-		if !w.expiredAny(now) {
-			return false // nothing to do: skip an empty fsync
+	w.txMu.Lock()
+	defer w.txMu.Unlock()
+	if len(g.keys) > 0 {
+		g.err = w.commit(g)
+		if g.err != nil {
+			// A failed write (disk full, I/O error) may heal: callers
+			// nack and retry rather than drop.
+			w.log.Error("state file write failed", "keys", len(g.keys), "err", g.err)
+			g.err = fmt.Errorf("write state file: %w: %w", dedup.ErrUnavailable, g.err)
 		}
-		limit = idleSweep
 	}
-	var swept []sweptKey
-	g.err = w.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketGroups)
-		if len(g.keys) > 0 {
-			v := make([]byte, len(g.keys)*recLen)
-			var maxExp int64
-			for i, k := range g.keys {
-				putRec(v[i*recLen:], k, g.recs[i])
-				maxExp = max(maxExp, g.recs[i].exp)
-			}
-			seq, err := b.NextSequence()
-			if err != nil {
-				return err
-			}
-			k := binary.BigEndian.AppendUint64(nil, uint64(max(maxExp, 0)))
-			if err := b.Put(binary.BigEndian.AppendUint64(k, seq), v); err != nil {
-				return err
-			}
-		}
-		var err error
-		swept, more, err = w.sweepTx(b, now, limit)
-		return err
-	})
+	close(g.done)
 	if g.err != nil {
-		// A failed write (disk full, I/O error) may heal: callers nack and
-		// retry rather than drop.
-		w.log.Error("state file write failed", "keys", len(g.keys), "err", g.err)
-		g.err = fmt.Errorf("write state file: %w: %w", dedup.ErrUnavailable, g.err)
 		return false
 	}
-	w.txs.Add(1)
-	w.keys.Add(int64(len(g.keys)))
+	limit := 2*len(g.keys) + 256
+	if len(g.keys) == 0 {
+		limit = idleSweep
+	}
+	swept, more, err := w.sweep(now, limit)
+	if err != nil {
+		w.log.Error("state file sweep failed", "err", err)
+		return false
+	}
 	w.s.forget(swept)
 	if len(swept) > 0 {
 		w.log.Debug("swept expired keys", "n", len(swept))
@@ -348,74 +436,129 @@ func (w *writer) write(g *group, now int64) (more bool) {
 	return more
 }
 
-// expiredAny reports whether the oldest group has expired by now.
-func (w *writer) expiredAny(now int64) bool {
-	any := false
-	_ = w.db.View(func(tx *bolt.Tx) error {
-		k, _ := tx.Bucket(bucketGroups).Cursor().First()
-		any = k != nil && groupExp(k) <= now
-		return nil
-	})
-	return any
+func (w *writer) commit(g *group) error {
+	var maxExp int64
+	for _, r := range g.recs {
+		maxExp = max(maxExp, r.exp)
+	}
+	// A group that expired before the sweep's position (its keys were
+	// committed past their horizon) goes at that position, where the
+	// next sweep finds it.
+	if w.swept != nil {
+		maxExp = max(maxExp, groupExp(w.swept))
+	}
+	w.seq++
+	b := w.db.NewBatch()
+	defer b.Close()
+	op := b.SetDeferred(groupKeyLen, len(g.keys)*recLen)
+	groupKey(op.Key, maxExp, w.seq)
+	for i, k := range g.keys {
+		putRec(op.Value[i*recLen:], k, g.recs[i])
+	}
+	if err := op.Finish(); err != nil {
+		return err
+	}
+	if err := b.Commit(w.wo); err != nil {
+		return err
+	}
+	w.nextExp = min(w.nextExp, maxExp)
+	w.txs.Add(1)
+	w.keys.Add(int64(len(g.keys)))
+	return nil
 }
 
-// sweepTx deletes the groups whose every record expired by now (expiry <=
-// now, as a claim at now would find them expired), up to about limit
-// records. Groups are ordered by their latest expiry, so it reads the
-// expired ones and the first live one, no more. A group lives until its
-// last record expires: the index judges each record by its own expiry, so
-// the others only linger on disk, by about the lease at most.
-func (w *writer) sweepTx(b *bolt.Bucket, now int64, limit int) ([]sweptKey, bool, error) {
+// sweep reads the groups whose every record expired by now (expiry <= now,
+// as a claim at now would find them expired), up to about limit records,
+// starting where the last sweep stopped. Groups are ordered by their
+// latest expiry, so it reads the expired ones and the first live one, no
+// more. A group lives until its last record expires: the index judges each
+// record by its own expiry, so the others only linger, by about the lease
+// at most. The swept groups stay in the file until excise cuts them.
+func (w *writer) sweep(now int64, limit int) ([]sweptKey, bool, error) {
+	if now < w.nextExp {
+		return nil, false, nil
+	}
+	lower := w.swept
+	if lower == nil {
+		lower = groupsLow
+	}
+	it, err := w.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: groupsEnd})
+	if err != nil {
+		return nil, false, err
+	}
 	var swept []sweptKey
-	var dead [][]byte
+	var last []byte
 	more := false
-	c := b.Cursor()
-	for k, v := c.First(); k != nil; k, v = c.Next() {
+	w.nextExp = 1<<63 - 1
+	for ok := it.First(); ok; ok = it.Next() {
 		w.examined.Add(1)
+		k, v := it.Key(), it.Value()
 		if groupExp(k) > now {
+			w.nextExp = groupExp(k)
 			break
 		}
 		if len(swept) > 0 && len(swept)+len(v)/recLen > limit {
+			w.nextExp = groupExp(k)
 			more = true
 			break
 		}
+		w.unexcised += int64(len(v))
 		for ; len(v) >= recLen; v = v[recLen:] {
 			key, r := getRec(v)
 			swept = append(swept, sweptKey{k: key, exp: r.exp})
 		}
-		dead = append(dead, slices.Clone(k))
+		last = append(last[:0], k...)
 	}
-	// Deleting under a moving cursor skips entries in bbolt; delete after.
-	for _, k := range dead {
-		if err := b.Delete(k); err != nil {
-			return nil, false, err
-		}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return nil, false, err
+	}
+	if last != nil {
+		w.swept = append(last, 0) // the key right after the last one swept
 	}
 	return swept, more, nil
 }
 
-// sweepAll sweeps everything that expired by now, one bounded transaction
-// at a time (bbolt serialises them with the writer's).
+// excise cuts the swept groups from the file once enough of them piled
+// up. Pebble drops the tables wholly inside the range and narrows the one
+// at its edge, with no compaction and no tombstone for later reads to step
+// over (deletes at the front of a queue are what an LSM tree handles
+// worst).
+func (w *writer) excise(force bool) error {
+	w.txMu.Lock()
+	end := bytes.Clone(w.swept)
+	due := w.unexcised > 0 && (force || w.unexcised >= exciseAfter || time.Since(w.lastExcise) >= exciseEvery)
+	w.txMu.Unlock()
+	if end == nil || !due {
+		return nil
+	}
+	if err := w.db.Excise(context.Background(), pebble.KeyRange{Start: groupsLow, End: end}); err != nil {
+		return fmt.Errorf("cut swept groups from state file: %w", err)
+	}
+	w.txMu.Lock()
+	w.unexcised, w.lastExcise = 0, time.Now()
+	w.txMu.Unlock()
+	return nil
+}
+
+// sweepAll sweeps everything that expired by now, one bounded sweep at a
+// time.
 func (w *writer) sweepAll(ctx context.Context, now int64) (int, error) {
 	total := 0
 	for {
 		if err := ctx.Err(); err != nil {
 			return total, err
 		}
-		var swept []sweptKey
-		more := false
-		err := w.db.Update(func(tx *bolt.Tx) error {
-			var err error
-			swept, more, err = w.sweepTx(tx.Bucket(bucketGroups), now, idleSweep)
-			return err
-		})
+		w.txMu.Lock()
+		w.nextExp = 0 // look, whatever the last sweep found
+		swept, more, err := w.sweep(now, idleSweep)
+		w.txMu.Unlock()
 		if err != nil {
 			return total, fmt.Errorf("sweep state file: %w", err)
 		}
 		w.s.forget(swept)
 		total += len(swept)
 		if !more {
-			return total, nil
+			return total, w.excise(true)
 		}
 	}
 }
@@ -426,7 +569,10 @@ func (w *writer) close() error {
 	w.mu.Unlock()
 	close(w.stop)
 	<-w.exited
-	if err := w.db.Close(); err != nil {
+	// A clean stop leaves no swept groups for the next open to read.
+	err := w.excise(true)
+	err = errors.Join(err, w.db.Close())
+	if err = errors.Join(err, w.lock.Close()); err != nil {
 		return fmt.Errorf("close state file: %w", err)
 	}
 	return nil

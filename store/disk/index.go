@@ -87,15 +87,55 @@ func (t *index) set(k dedup.Key, r rec) {
 		t.slots[i].exp, t.slots[i].tag = r.exp, r.tag
 		return
 	}
+	t.add(k, r)
+}
+
+// setLater is set unless the key is held with a later expiry, in one
+// probe where a find and an insert would make two (each a likely cache
+// miss): with Robin Hood order a present key is met before the slot where
+// an absent one would go.
+func (t *index) setLater(k dedup.Key, r rec) {
+	if float64(t.n+1) > maxLoad*float64(len(t.slots)) {
+		t.resize(int(float64(len(t.slots))*growBy) + 1)
+	}
+	e := entry{hi: k.Hi(), lo: k.Lo(), exp: r.exp, tag: r.tag}
+	i := t.home(e.lo)
+	for d := 0; ; d++ {
+		s := &t.slots[i]
+		if s.tag == 0 {
+			*s = e
+			t.n++
+			return
+		}
+		if s.hi == e.hi && s.lo == e.lo {
+			if s.exp <= e.exp {
+				s.exp, s.tag = e.exp, e.tag
+			}
+			return
+		}
+		if sd := t.dist(i, s); sd < d {
+			e, *s = *s, e
+			t.shift(t.next(i), e, sd+1)
+			return
+		}
+		i = t.next(i)
+	}
+}
+
+// add inserts a key known to be absent.
+func (t *index) add(k dedup.Key, r rec) {
 	if float64(t.n+1) > maxLoad*float64(len(t.slots)) {
 		t.resize(int(float64(len(t.slots))*growBy) + 1)
 	}
 	t.insert(entry{hi: k.Hi(), lo: k.Lo(), exp: r.exp, tag: r.tag})
 }
 
-func (t *index) insert(e entry) {
-	i := t.home(e.lo)
-	for d := 0; ; d++ {
+func (t *index) insert(e entry) { t.shift(t.home(e.lo), e, 0) }
+
+// shift places e, which is d slots from its home at slot i, there or
+// further on, and whatever it displaces in turn.
+func (t *index) shift(i int, e entry, d int) {
+	for ; ; d++ {
 		s := &t.slots[i]
 		if s.tag == 0 {
 			*s = e

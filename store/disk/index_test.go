@@ -26,11 +26,17 @@ func TestIndexMatchesMap(t *testing.T) {
 	}
 	for i := range 200000 {
 		k := key()
-		switch r.IntN(3) {
+		switch r.IntN(4) {
 		case 0:
 			v := rec{exp: int64(i), tag: uint32(i%7 + 1)}
 			ix.set(k, v)
 			ref[k] = v
+		case 2: // an earlier expiry than the one held is ignored
+			v := rec{exp: r.Int64N(200000), tag: uint32(i%5 + 1)}
+			ix.setLater(k, v)
+			if old, ok := ref[k]; !ok || old.exp <= v.exp {
+				ref[k] = v
+			}
 		case 1:
 			if j := ix.find(k); j >= 0 {
 				ix.remove(j)

@@ -1,5 +1,0 @@
-//go:build !linux
-
-package disk
-
-const mmapFlags = 0
