@@ -66,7 +66,7 @@ func (j *job) register(fs *flag.FlagSet) {
 	fs.StringVar(&j.table, "table", "events", "table of a database sink")
 	fs.StringVar(&j.onConflict, "on-conflict", "nothing", "database sink, key already written: nothing (keep the first row) or update (last write wins)")
 	fs.BoolVar(&j.shadow, "shadow", false, "decide and count duplicates but emit every message")
-	fs.IntVar(&j.maxOutstanding, "max-outstanding", 1000, "messages held at once (per stream, the server hands out at most this many unacked; acks go out every 100 ms, so this bounds throughput)")
+	fs.IntVar(&j.maxOutstanding, "max-outstanding", 4000, "messages held at once (per stream, the server hands out at most this many unacked; acks go out every 100 ms, so this bounds throughput)")
 	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&j.keyFrom, "key-from", "attribute", "where the key is: attribute (--id-attribute, else the message ID), json:PATH (a field of a JSON payload) or hash (SHA-256 of the payload)")
 	fs.StringVar(&j.timeDomain, "time-domain", "processing", "clock of the horizon: processing, or event (expires when the watermark passes event time + horizon)")

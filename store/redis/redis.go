@@ -79,7 +79,10 @@ type Options struct {
 	MaxBatch int
 	// Pipelines is how many pipelines may be in flight at once; default 4.
 	Pipelines int
-	// Timeout bounds one pipeline round trip; default 5s.
+	// Timeout bounds one pipeline round trip, retries included; default
+	// 3s (go-redis's own read timeout). It is also how long a frozen
+	// Redis goes unnoticed: the first op to run out of it marks the store
+	// down and the pipeline not ready.
 	Timeout time.Duration
 	// TTLSlack is added to the time Redis keeps a committed key. Expiry is
 	// judged by the times passed in, but Redis frees keys on its own wall
@@ -158,6 +161,7 @@ func Dial(ctx context.Context, rawURL string) (rdb goredis.UniversalClient, pref
 		if err != nil {
 			return nil, "", fmt.Errorf("parse redis cluster url %s: %w", u.Redacted(), err)
 		}
+		co.ContextTimeoutEnabled = true
 		rdb = goredis.NewClusterClient(co)
 	} else {
 		if q.Has("addr") {
@@ -167,6 +171,10 @@ func Dial(ctx context.Context, rawURL string) (rdb goredis.UniversalClient, pref
 		if err != nil {
 			return nil, "", fmt.Errorf("parse redis url %s: %w", u.Redacted(), err)
 		}
+		// Socket deadlines follow each batch's context: without this a
+		// retry starts a fresh read timeout after the deadline has passed,
+		// and a frozen Redis goes unnoticed for two or three of them.
+		o.ContextTimeoutEnabled = true
 		rdb = goredis.NewClient(o)
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
@@ -192,7 +200,7 @@ func New(rdb goredis.UniversalClient, opt Options) *Store {
 		opt.Pipelines = 4
 	}
 	if opt.Timeout <= 0 {
-		opt.Timeout = 5 * time.Second
+		opt.Timeout = 3 * time.Second
 	}
 	s := &Store{rdb: rdb, log: opt.Logger, prefix: opt.Prefix, slack: opt.TTLSlack.Milliseconds()}
 	s.b = newBatcher(s, opt)
