@@ -46,6 +46,7 @@ type pipeSample struct {
 	rate       float64 // messagesIn per second
 	emitted    int
 	stats      string
+	cpuPerMsg  time.Duration // the consumer process's CPU time (user+system) per message in; 0 when unknown
 }
 
 // correctnessError is a leaked duplicate or a lost message: the benchmark
@@ -185,6 +186,12 @@ func measurePipeline(ctx context.Context, c consumer, wl workload, dir string, t
 	s := pipeSample{injected: int(r.inj.injected.Load()), elapsed: end.Sub(first)}
 	s.messagesIn = total + s.injected
 	s.rate = float64(s.messagesIn) / s.elapsed.Seconds()
+	// CPU per message does not depend on what else the machine runs, so
+	// it compares consumers even when the rates are noisy. It includes
+	// start-up and the quiet period, which favours neither side.
+	if ps := ch.cmd.ProcessState; ps != nil {
+		s.cpuPerMsg = (ps.UserTime() + ps.SystemTime()) / time.Duration(s.messagesIn)
+	}
 	for _, n := range col.seen {
 		s.emitted += n
 	}

@@ -141,6 +141,7 @@ func (e *env) benchPipelines(ctx context.Context) error {
 	}
 
 	quiet, values, notes := 2*time.Second, map[[2]string][]float64{}, map[[2]string]string{}
+	cpu := map[[2]string][]float64{} // µs of the consumer's CPU per message in
 	if e.cfg.quick {
 		quiet = 300 * time.Millisecond
 	}
@@ -170,13 +171,18 @@ func (e *env) benchPipelines(ctx context.Context) error {
 				}
 				k := [2]string{group, en.c.name}
 				values[k] = append(values[k], s.rate)
+				if s.cpuPerMsg > 0 {
+					cpu[k] = append(cpu[k], float64(s.cpuPerMsg.Nanoseconds())/1e3)
+				}
+				notes[k] = cpuNote(cpu[k])
 				if s.stats != "" {
-					notes[k] = "last run's own counters: " + s.stats
+					notes[k] += "; last run's own counters: " + s.stats
 				}
 				counts[group] = fmt.Sprintf("%s events, %s msgs (%s copies) + ~%s redeliveries",
 					inum(wl.events), inum(total), inum(copies), inum(s.injected))
-				e.logf("run %d %-11s %-34s %s msg/s in %v (%d in, %d injected redeliveries) %s",
-					run+1, group, en.c.name, num(s.rate), s.elapsed.Round(time.Millisecond), s.messagesIn, s.injected, s.stats)
+				e.logf("run %d %-11s %-34s %s msg/s in %v (%d in, %d injected redeliveries), %.1f µs CPU/msg %s",
+					run+1, group, en.c.name, num(s.rate), s.elapsed.Round(time.Millisecond), s.messagesIn, s.injected,
+					float64(s.cpuPerMsg.Nanoseconds())/1e3, s.stats)
 			}
 			dir, err := os.MkdirTemp(e.tmp, "nats-")
 			if err != nil {
@@ -230,4 +236,13 @@ func bentoVersion(ctx context.Context, bin string) string {
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return line
+}
+
+// cpuNote states the consumer's median CPU time per message in.
+func cpuNote(us []float64) string {
+	if len(us) == 0 {
+		return "CPU per message not measured"
+	}
+	r := row{values: us}
+	return fmt.Sprintf("its own CPU: %.1f µs per message in (median)", r.median())
 }

@@ -203,7 +203,7 @@ func New(store dedup.Store, opt Options, f HandlerFunc) (*Dedup, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	dd, err := dedup.New(store, dedup.Options{Horizon: opt.Horizon, Lease: opt.Lease, Now: opt.Now})
+	dd, err := dedup.New(store, dedup.Options{Horizon: opt.Horizon, Lease: opt.Lease, Now: opt.Now, LocalWait: opt.Lease})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}

@@ -31,6 +31,12 @@ type Options struct {
 	// highest event time seen: keys live that much longer, and events that
 	// much out of order are still judged.
 	AllowedLateness time.Duration
+	// LocalWait is how long, in real time, a copy of a key this process
+	// is writing right now waits for that write to end before the claim
+	// answers InFlight. Waiting turns the copy's verdict into Duplicate
+	// (or Proceed, if the write failed) at once, where an InFlight nack
+	// would cost a redelivery and a second claim. Zero answers at once.
+	LocalWait time.Duration
 }
 
 // Validate checks the options, filling defaults.
@@ -46,6 +52,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Lease < 0 {
 		return fmt.Errorf("lease %v must be positive", o.Lease)
+	}
+	if o.LocalWait < 0 {
+		return fmt.Errorf("local wait %v must not be negative", o.LocalWait)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -78,7 +87,7 @@ type Deduper struct {
 	opt   Options
 
 	mu    sync.Mutex
-	local map[Key]string
+	local map[Key]holder
 
 	wm *watermark // event time only
 }
@@ -88,7 +97,7 @@ func New(store Store, opt Options) (*Deduper, error) {
 	if err := opt.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Deduper{store: store, opt: opt, local: make(map[Key]string)}
+	d := &Deduper{store: store, opt: opt, local: make(map[Key]holder)}
 	if opt.Domain == EventTime {
 		d.wm = newWatermark(opt.AllowedLateness, opt.Now)
 	}
@@ -115,14 +124,9 @@ func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Tick
 // claim runs a claim judged at now (the processing clock, or the
 // watermark) for a key that, once committed, expires at expires.
 func (d *Deduper) claim(ctx context.Context, k Key, msgID string, now, expires time.Time) (Verdict, Ticket, error) {
-	d.mu.Lock()
-	if _, busy := d.local[k]; busy {
-		d.mu.Unlock()
+	if !d.hold(ctx, k, msgID) {
 		return Verdict{Status: InFlight}, Ticket{}, nil
 	}
-	d.local[k] = msgID
-	d.mu.Unlock()
-
 	v, err := d.store.Claim(ctx, Claim{Key: k, MsgID: msgID, Now: now, LeaseUntil: now.Add(d.opt.Lease)})
 	if err != nil || v.Status != Proceed {
 		d.forget(k)
@@ -160,10 +164,57 @@ func (d *Deduper) Release(ctx context.Context, t Ticket) error {
 	return nil
 }
 
+// holder is this process's claimant of a key; done is made by the first
+// copy that waits, so a claim nobody waits for allocates nothing.
+type holder struct {
+	msgID string
+	done  chan struct{}
+}
+
+// hold makes msgID this process's claimant of k, waiting up to LocalWait
+// (or until ctx ends) while another message of this process holds it.
+func (d *Deduper) hold(ctx context.Context, k Key, msgID string) bool {
+	var timeout <-chan time.Time
+	for {
+		d.mu.Lock()
+		h, busy := d.local[k]
+		if !busy {
+			d.local[k] = holder{msgID: msgID}
+			d.mu.Unlock()
+			return true
+		}
+		if d.opt.LocalWait <= 0 {
+			d.mu.Unlock()
+			return false
+		}
+		if h.done == nil {
+			h.done = make(chan struct{})
+			d.local[k] = h
+		}
+		d.mu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(d.opt.LocalWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-h.done: // the holder committed or released: ask again
+		case <-ctx.Done():
+			return false
+		case <-timeout:
+			return false
+		}
+	}
+}
+
 func (d *Deduper) forget(k Key) {
 	d.mu.Lock()
+	h := d.local[k]
 	delete(d.local, k)
 	d.mu.Unlock()
+	if h.done != nil {
+		close(h.done)
+	}
 }
 
 // Transient reports whether err is worth retrying (the store or sink was

@@ -155,3 +155,82 @@ func TestOptionsValidate(t *testing.T) {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
 }
+
+// TestDeduperLocalWait: with LocalWait a copy of a key this process is
+// writing gets its final verdict when the write ends, instead of InFlight.
+func TestDeduperLocalWait(t *testing.T) {
+	ctx := context.Background()
+	k := dedup.KeyOf("456")
+	type result struct {
+		v   dedup.Verdict
+		err error
+	}
+	claimLater := func(d *dedup.Deduper, ctx context.Context, msgID string) chan result {
+		c := make(chan result, 1)
+		go func() {
+			v, _, err := d.Claim(ctx, k, msgID)
+			c <- result{v, err}
+		}()
+		return c
+	}
+	waiting := func(c chan result) {
+		t.Helper()
+		select {
+		case r := <-c:
+			t.Fatalf("copy answered %v before the first write ended", r.v.Status)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	got := func(c chan result, want dedup.Status, kind dedup.Kind) {
+		t.Helper()
+		select {
+		case r := <-c:
+			if r.err != nil || r.v.Status != want || r.v.Kind != kind {
+				t.Fatalf("copy: %v/%v (%v), want %v/%v", r.v.Status, r.v.Kind, r.err, want, kind)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("copy still waiting 5 s after the first write ended")
+		}
+	}
+	opts := dedup.Options{LocalWait: time.Minute}
+
+	t.Run("commit makes waiting copies duplicates", func(t *testing.T) {
+		d := must(dedup.New(mem.New(), opts))
+		_, tk, _ := d.Claim(ctx, k, "m1")
+		again, copy := claimLater(d, ctx, "m1"), claimLater(d, ctx, "m2")
+		waiting(again)
+		waiting(copy)
+		if err := d.Commit(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+		got(again, dedup.Duplicate, dedup.Redelivery)
+		got(copy, dedup.Duplicate, dedup.Republish)
+	})
+	t.Run("release lets one waiting copy proceed", func(t *testing.T) {
+		d := must(dedup.New(mem.New(), opts))
+		_, tk, _ := d.Claim(ctx, k, "m1")
+		copy := claimLater(d, ctx, "m2")
+		waiting(copy)
+		if err := d.Release(ctx, tk); err != nil {
+			t.Fatal(err)
+		}
+		got(copy, dedup.Proceed, 0)
+	})
+	t.Run("a cancelled context ends the wait as in flight", func(t *testing.T) {
+		d := must(dedup.New(mem.New(), opts))
+		d.Claim(ctx, k, "m1")
+		cctx, cancel := context.WithCancel(ctx)
+		copy := claimLater(d, cctx, "m2")
+		waiting(copy)
+		cancel()
+		got(copy, dedup.InFlight, 0)
+	})
+	t.Run("the wait is bounded", func(t *testing.T) {
+		d := must(dedup.New(mem.New(), dedup.Options{LocalWait: 100 * time.Millisecond}))
+		d.Claim(ctx, k, "m1")
+		got(claimLater(d, ctx, "m2"), dedup.InFlight, 0)
+	})
+	if _, err := dedup.New(mem.New(), dedup.Options{LocalWait: -time.Second}); err == nil {
+		t.Error("a negative LocalWait was accepted")
+	}
+}

@@ -33,7 +33,11 @@ func NewTopicSink(c *pubsub.Client, topic Name, timeout time.Duration) *TopicSin
 
 // Write implements pipeline.Sink.
 func (s *TopicSink) Write(ctx context.Context, m *pipeline.Message) error {
-	r := s.p.Publish(ctx, &pubsub.Message{Data: m.Data, Attributes: m.Attributes})
+	// Publish reads its context only for stats tags and tracing, and
+	// looking a tag up walks the whole chain of the message's context
+	// (10% of the pipeline's CPU in a profile); the wait below is what
+	// must honour ctx.
+	r := s.p.Publish(context.Background(), &pubsub.Message{Data: m.Data, Attributes: m.Attributes})
 	if _, err := r.Get(ctx); err != nil {
 		if status.Code(err) == codes.InvalidArgument || errors.Is(err, pubsub.ErrOversizedMessage) {
 			return fmt.Errorf("publish to %s: %w: %w", s.p, pipeline.ErrPermanent, err)

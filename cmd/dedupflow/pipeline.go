@@ -139,7 +139,9 @@ func (j *job) config() (pipeline.Config, dedup.Options, error) {
 	if j.maxOutstanding < 1 {
 		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--max-outstanding %d must be at least 1", j.maxOutstanding)
 	}
-	opt := dedup.Options{Horizon: j.horizon, AllowedLateness: j.lateness}
+	// A copy of a key this process is writing waits for that write (it
+	// ends within a lease) rather than being nacked and redelivered.
+	opt := dedup.Options{Horizon: j.horizon, AllowedLateness: j.lateness, LocalWait: dedup.DefaultLease}
 	if j.horizon < dedup.MinHorizon {
 		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--horizon %v is below the minimum of %v", j.horizon, dedup.MinHorizon)
 	}
