@@ -1,0 +1,215 @@
+package pubsubio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/pubsub/v2/pstest"
+	"github.com/googleapis/gax-go/v2"
+
+	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/pipeline"
+)
+
+// sinkRig is a topic with a subscription on a server, and a TopicSink
+// that counts its publish requests.
+type sinkRig struct {
+	c        *pubsub.Client
+	sink     *TopicSink
+	sub      Name
+	requests atomic.Int64
+	pstest   *pstest.Server // nil on our broker
+}
+
+func newSinkRig(t *testing.T, server string) *sinkRig {
+	t.Helper()
+	ctx := context.Background()
+	var addr string
+	var srv *pstest.Server
+	switch server {
+	case "broker":
+		a, stop, err := broker.NewTestServer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		addr = a
+	case "pstest":
+		srv = pstest.NewServer()
+		t.Cleanup(func() { srv.Close() })
+		addr = srv.Addr
+	}
+	c, err := NewClient(ctx, "p", Insecure(addr)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	r := &sinkRig{c: c, sub: Name{Project: "p", Kind: "subscriptions", ID: "out-sub"}, pstest: srv}
+	topic := Name{Project: "p", Kind: "topics", ID: "out"}
+	if err := EnsureTopic(ctx, c, topic); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureSubscription(ctx, c, r.sub, topic, 60); err != nil {
+		t.Fatal(err)
+	}
+	r.sink = NewTopicSink(c, topic, 5*time.Second)
+	pub := r.sink.publish
+	r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
+		r.requests.Add(1)
+		return pub(ctx, req, opts...)
+	}
+	return r
+}
+
+// received pulls until want messages came or 10 s passed, keyed by the
+// "k" attribute. From pstest, whose streaming pull is slow, it reads what
+// the server stored instead.
+func (r *sinkRig) received(t *testing.T, want int) map[string]int {
+	t.Helper()
+	if r.pstest != nil {
+		got := map[string]int{}
+		for _, m := range r.pstest.Messages() {
+			got[m.Attributes["k"]]++
+		}
+		return got
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	got := map[string]int{}
+	n := 0
+	_ = r.c.Subscriber(r.sub.String()).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		mu.Lock()
+		defer mu.Unlock()
+		got[m.Attributes["k"]]++
+		if n++; n == want {
+			cancel()
+		}
+	})
+	return got
+}
+
+func TestTopicSink(t *testing.T) {
+	for _, server := range []string{"broker", "pstest"} {
+		t.Run(server, func(t *testing.T) {
+			t.Run("concurrent writes share requests and all arrive", func(t *testing.T) {
+				r := newSinkRig(t, server)
+				const n = 3000
+				var wg sync.WaitGroup
+				errs := make(chan error, n)
+				for i := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						m := &pipeline.Message{Data: []byte("x"), Attributes: map[string]string{"k": fmt.Sprint(i)}}
+						if err := r.sink.Write(context.Background(), m); err != nil {
+							errs <- err
+						}
+					}()
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+				reqs := r.requests.Load()
+				if reqs >= n/2 {
+					t.Errorf("%d writes took %d publish requests: not batched", n, reqs)
+				}
+				got := r.received(t, n)
+				if len(got) != n {
+					t.Fatalf("%d distinct messages arrived, want %d", len(got), n)
+				}
+				for k, c := range got {
+					if c != 1 {
+						t.Fatalf("message %s arrived %d times", k, c)
+					}
+				}
+				t.Logf("%d writes in %d requests", n, reqs)
+			})
+		})
+	}
+
+	// pstest checks no limits, so a refused message needs our broker.
+	t.Run("a refused message fails alone, as permanent", func(t *testing.T) {
+		r := newSinkRig(t, "broker")
+		// Hold one request in flight so the next writes gather in one batch.
+		release := make(chan struct{})
+		pub := r.sink.publish
+		var first atomic.Bool
+		r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
+			if first.CompareAndSwap(false, true) {
+				<-release
+			}
+			return pub(ctx, req, opts...)
+		}
+		ctx := context.Background()
+		errs := make([]error, 6)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				attrs := map[string]string{"k": fmt.Sprint(i)}
+				if i == 3 {
+					attrs["v"] = strings.Repeat("x", 2000) // over the 1024-byte value limit
+				}
+				errs[i] = r.sink.Write(ctx, &pipeline.Message{Data: []byte("x"), Attributes: attrs})
+			}()
+			if i == 0 {
+				time.Sleep(100 * time.Millisecond) // the first write is the held request
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		close(release)
+		wg.Wait()
+		for i, err := range errs {
+			switch {
+			case i == 3 && !errors.Is(err, pipeline.ErrPermanent):
+				t.Errorf("write of the oversized attribute: %v, want ErrPermanent", err)
+			case i != 3 && err != nil:
+				t.Errorf("write %d failed beside the refused one: %v", i, err)
+			}
+		}
+		got := r.received(t, 5)
+		if len(got) != 5 || got["3"] != 0 {
+			t.Errorf("arrived %v, want the 5 valid messages", got)
+		}
+	})
+
+	t.Run("stop sends what gathered and refuses later writes", func(t *testing.T) {
+		r := newSinkRig(t, "broker")
+		ctx := context.Background()
+		if err := r.sink.Write(ctx, &pipeline.Message{Data: []byte("x"), Attributes: map[string]string{"k": "a"}}); err != nil {
+			t.Fatal(err)
+		}
+		r.sink.Stop()
+		err := r.sink.Write(ctx, &pipeline.Message{Data: []byte("x")})
+		if !errors.Is(err, ErrStopped) {
+			t.Fatalf("write after Stop: %v, want ErrStopped", err)
+		}
+	})
+
+	t.Run("a writer's context bounds its wait", func(t *testing.T) {
+		r := newSinkRig(t, "broker")
+		r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		err := r.sink.Write(ctx, &pipeline.Message{Data: []byte("x")})
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, pipeline.ErrPermanent) {
+			t.Fatalf("write to a server that never answers: %v, want a transient deadline error", err)
+		}
+	})
+}
