@@ -1,7 +1,7 @@
 // Package store opens the dedup store named by a --state spec:
 //
 //	mem                                 in memory (default); forgotten on restart
-//	file:PATH                           a bbolt file (store/disk); survives restarts and kill -9
+//	file:PATH                           a Pebble database, a folder (store/disk); survives restarts and kill -9
 //	redis://[user:pass@]host:port/db    Redis (store/redis); shared by replicas
 //	rediss://...                        the same over TLS
 //
