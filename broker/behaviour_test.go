@@ -119,7 +119,16 @@ func TestPublishReceiveAttributes(t *testing.T) {
 }
 
 func TestRedeliveryAfterDeadline(t *testing.T) {
-	forEachTarget(t, []string{"emulator", "pstest"}, func(t *testing.T, tg target) {
+	// pstest rewrites a redelivered message's ack ID in place, with nothing
+	// ordering that write after the marshalling of the unary Pull response
+	// that carried the message before: the race detector reports it, inside
+	// pstest. Under -race this runs against the emulator only;
+	// scripts/test.sh runs it once more without -race, against pstest too.
+	refs := []string{"emulator", "pstest"}
+	if raceEnabled {
+		refs = refs[:1]
+	}
+	forEachTarget(t, refs, func(t *testing.T, tg target) {
 		c := newClient(t, tg.addr)
 		topic := createTopic(t, c)
 		sub := createSub(t, c, &pb.Subscription{Topic: topic, AckDeadlineSeconds: 10})

@@ -93,6 +93,8 @@ log "go vet"
 go vet ./...
 log "go test"
 go test -race -count=1 -timeout 40m "$@" ./...
+log "go test, without -race: the reference runs that pstest's own data race keeps out of -race"
+go test -count=1 -run '^TestRedeliveryAfterDeadline$' ./broker/
 log "fuzz (brief)"
 go test -run '^$' -fuzz '^FuzzParseTimestamp$' -fuzztime 10s ./dedup/
 go test -run '^$' -fuzz '^FuzzKeyOf$' -fuzztime 10s ./dedup/
