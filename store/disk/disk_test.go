@@ -91,6 +91,22 @@ func TestFileHeldByAnotherStore(t *testing.T) {
 	}
 }
 
+// A path that is a regular file (a file written by something else, or a
+// typo) is refused with a message that says so, and left as it was.
+func TestPathIsAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	if err := os.WriteFile(path, []byte("not a store"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(context.Background(), path, Options{})
+	if err == nil || !strings.Contains(err.Error(), "it is a file") {
+		t.Fatalf("open on a file: %v, want an error saying the path is a file", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "not a store" {
+		t.Fatalf("the file was changed: %q", b)
+	}
+}
+
 // TestSweepReadsOnlyExpired: after a sweep, expired keys are gone from the
 // file and the index, live ones stay, and the sweep looked at the expired
 // group and the first live one only.

@@ -139,6 +139,9 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 		return nil, err
 	}
 	start := time.Now()
+	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("open state directory %s: it is a file; the disk store keeps a directory there (give a new path, or remove the file)", path)
+	}
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("open state directory %s: %w", path, err)
 	}
