@@ -117,16 +117,20 @@ func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Tick
 	if d.wm != nil {
 		return d.ClaimEvent(ctx, k, msgID, d.opt.Now())
 	}
+	if !d.hold(ctx, k, msgID) {
+		return Verdict{Status: InFlight}, Ticket{}, nil
+	}
+	// Read the clock only once the key is held: a copy may have waited up
+	// to LocalWait for it, and a lease measured from before that wait would
+	// already be over for the other replicas that judge it.
 	now := d.opt.Now()
 	return d.claim(ctx, k, msgID, now, now.Add(d.opt.Horizon))
 }
 
-// claim runs a claim judged at now (the processing clock, or the
-// watermark) for a key that, once committed, expires at expires.
+// claim runs a claim, for a key this process holds (see hold), judged at
+// now (the processing clock, or the watermark), for a key that, once
+// committed, expires at expires.
 func (d *Deduper) claim(ctx context.Context, k Key, msgID string, now, expires time.Time) (Verdict, Ticket, error) {
-	if !d.hold(ctx, k, msgID) {
-		return Verdict{Status: InFlight}, Ticket{}, nil
-	}
 	v, err := d.store.Claim(ctx, Claim{Key: k, MsgID: msgID, Now: now, LeaseUntil: now.Add(d.opt.Lease)})
 	if err != nil || v.Status != Proceed {
 		d.forget(k)

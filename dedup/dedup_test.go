@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -232,5 +233,66 @@ func TestDeduperLocalWait(t *testing.T) {
 	})
 	if _, err := dedup.New(mem.New(), dedup.Options{LocalWait: -time.Second}); err == nil {
 		t.Error("a negative LocalWait was accepted")
+	}
+}
+
+// syncClock is a settable clock that goroutines may read.
+type syncClock struct{ ns atomic.Int64 }
+
+func newSyncClock() *syncClock {
+	c := &syncClock{}
+	c.ns.Store(newClock().t.UnixNano())
+	return c
+}
+func (c *syncClock) now() time.Time      { return time.Unix(0, c.ns.Load()) }
+func (c *syncClock) add(d time.Duration) { c.ns.Add(int64(d)) }
+
+// TestDeduperLocalWaitLease: a copy that waited for a local write gets a
+// whole lease from the end of its wait. Measured from before the wait, the
+// lease would already be over for another replica sharing the store, which
+// would take the key over and write it too.
+func TestDeduperLocalWaitLease(t *testing.T) {
+	ctx := context.Background()
+	k := dedup.KeyOf("456")
+	for _, domain := range []dedup.TimeDomain{dedup.ProcessingTime, dedup.EventTime} {
+		t.Run(fmt.Sprintf("domain %d", domain), func(t *testing.T) {
+			// Two replicas sharing one store, as with Redis.
+			clk, shared := newSyncClock(), mem.New()
+			opts := dedup.Options{Now: clk.now, Lease: 30 * time.Second, LocalWait: time.Minute, Domain: domain}
+			d1, d2 := must(dedup.New(shared, opts)), must(dedup.New(shared, opts))
+			_, tk, _ := d1.Claim(ctx, k, "m1")
+			copy := make(chan dedup.Verdict, 1)
+			go func() {
+				v, _, _ := d1.Claim(ctx, k, "m2")
+				copy <- v
+			}()
+			select {
+			case v := <-copy:
+				t.Fatalf("copy answered %v before the first write ended", v.Status)
+			case <-time.After(50 * time.Millisecond):
+			}
+			clk.add(20 * time.Second)
+			if domain == dedup.EventTime { // the watermark moves on with other keys
+				d1.Claim(ctx, dedup.KeyOf("other"), "o1")
+			}
+			if err := d1.Release(ctx, tk); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case v := <-copy:
+				if v.Status != dedup.Proceed {
+					t.Fatalf("copy after the release: %v, want Proceed", v.Status)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("copy still waiting 5 s after the release")
+			}
+			// 15 s into the copy's write its lease must still keep the
+			// other replica away.
+			clk.add(15 * time.Second)
+			v, _, err := d2.Claim(ctx, k, "m3")
+			if err != nil || v.Status != dedup.InFlight {
+				t.Fatalf("other replica 15 s into the copy's write: %v (%v), want InFlight: the lease ran from before the wait", v.Status, err)
+			}
+		})
 	}
 }

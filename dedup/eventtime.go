@@ -168,17 +168,37 @@ func (d *Deduper) ClaimEvent(ctx context.Context, k Key, msgID string, et time.T
 	if d.wm == nil {
 		return d.Claim(ctx, k, msgID)
 	}
-	wm := d.wm.observe(et)
+	if _, err := d.judge(et, d.wm.observe(et)); err != nil {
+		return Verdict{}, Ticket{}, err
+	}
+	if !d.hold(ctx, k, msgID) {
+		return Verdict{Status: InFlight}, Ticket{}, nil
+	}
+	// Judged again once held: a copy may have waited up to LocalWait, and
+	// a lease measured from the watermark before that wait would already
+	// be over for replicas whose watermark moved on meanwhile.
+	wm, _ := d.wm.get()
+	expires, err := d.judge(et, wm)
+	if err != nil {
+		d.forget(k)
+		return Verdict{}, Ticket{}, err
+	}
+	return d.claim(ctx, k, msgID, wm, expires)
+}
+
+// judge is when the key of an event at et, once committed, expires, or
+// ErrTooLate if that is not after the watermark wm.
+func (d *Deduper) judge(et, wm time.Time) (time.Time, error) {
 	// A future-dated event (a producer's clock, or seconds sent as
 	// milliseconds) is held to the processing clock, as the watermark is:
 	// otherwise its key would outlive the horizon by years and push the
 	// stores' time ranges far ahead.
 	expires := minTime(et, d.opt.Now()).Add(d.opt.Horizon)
 	if !expires.After(wm) {
-		return Verdict{}, Ticket{}, fmt.Errorf("%w: event time %s is more than the horizon %v behind the watermark %s",
+		return time.Time{}, fmt.Errorf("%w: event time %s is more than the horizon %v behind the watermark %s",
 			ErrTooLate, et.UTC().Format(time.RFC3339Nano), d.opt.Horizon, wm.UTC().Format(time.RFC3339Nano))
 	}
-	return d.claim(ctx, k, msgID, wm, expires)
+	return expires, nil
 }
 
 func minTime(a, b time.Time) time.Time {
