@@ -164,19 +164,23 @@ func (s *TopicSink) run(b *batch) {
 // and the others go through.
 func (s *TopicSink) send(b *batch) {
 	defer close(b.done)
-	b.err = s.call(b.msgs)
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	b.err = s.call(ctx, b.msgs)
 	if status.Code(b.err) != codes.InvalidArgument || len(b.msgs) == 1 {
 		return
 	}
+	// One at a time, within a second timeout for the whole split, so a
+	// refused batch costs its writers at most twice the bound of one.
+	ctx, cancel = context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
 	b.errs = make([]error, len(b.msgs))
 	for i, m := range b.msgs {
-		b.errs[i] = s.call([]*pb.PubsubMessage{m})
+		b.errs[i] = s.call(ctx, []*pb.PubsubMessage{m})
 	}
 }
 
-func (s *TopicSink) call(msgs []*pb.PubsubMessage) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
+func (s *TopicSink) call(ctx context.Context, msgs []*pb.PubsubMessage) error {
 	_, err := s.publish(ctx, &pb.PublishRequest{Topic: s.topic, Messages: msgs})
 	return err
 }

@@ -186,16 +186,57 @@ func TestTopicSink(t *testing.T) {
 		}
 	})
 
-	t.Run("stop sends what gathered and refuses later writes", func(t *testing.T) {
+	t.Run("stop sends what gathered at once and refuses later writes", func(t *testing.T) {
 		r := newSinkRig(t, "broker")
 		ctx := context.Background()
-		if err := r.sink.Write(ctx, &pipeline.Message{Data: []byte("x"), Attributes: map[string]string{"k": "a"}}); err != nil {
+		// The first request is held, so the second write gathers behind
+		// it, below the size that would start a request of its own.
+		release := make(chan struct{})
+		pub := r.sink.publish
+		var first atomic.Bool
+		r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
+			if first.CompareAndSwap(false, true) {
+				<-release
+			}
+			return pub(ctx, req, opts...)
+		}
+		write := func(k string) chan error {
+			c := make(chan error, 1)
+			go func() {
+				c <- r.sink.Write(ctx, &pipeline.Message{Data: []byte("x"), Attributes: map[string]string{"k": k}})
+			}()
+			return c
+		}
+		held := write("a")
+		time.Sleep(100 * time.Millisecond)
+		gathered := write("b")
+		time.Sleep(100 * time.Millisecond)
+		stopped := make(chan struct{})
+		go func() { r.sink.Stop(); close(stopped) }()
+		select {
+		case err := <-gathered:
+			if err != nil {
+				t.Fatalf("gathered write on Stop: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Stop did not send the gathered write while another request was in flight")
+		}
+		select {
+		case <-stopped:
+			t.Fatal("Stop returned while a request was still in flight")
+		case <-time.After(100 * time.Millisecond):
+		}
+		close(release)
+		if err := <-held; err != nil {
 			t.Fatal(err)
 		}
-		r.sink.Stop()
+		<-stopped
 		err := r.sink.Write(ctx, &pipeline.Message{Data: []byte("x")})
 		if !errors.Is(err, ErrStopped) {
 			t.Fatalf("write after Stop: %v, want ErrStopped", err)
+		}
+		if got := r.received(t, 2); got["a"] != 1 || got["b"] != 1 {
+			t.Fatalf("arrived %v, want a and b once each", got)
 		}
 	})
 
