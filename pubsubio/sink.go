@@ -60,8 +60,9 @@ var _ pipeline.Sink = (*TopicSink)(nil)
 // its outcome: err for all, or errs one by one after a rejected request
 // was split.
 type batch struct {
-	msgs  []*pb.PubsubMessage
+	msgs  []*pb.PubsubMessage // nil where the writer gave up before it was sent
 	bytes int
+	taken bool // handed to a request: msgs no longer change
 	done  chan struct{}
 	err   error
 	errs  []error
@@ -112,6 +113,13 @@ func (s *TopicSink) Write(ctx context.Context, m *pipeline.Message) error {
 	select {
 	case <-b.done:
 	case <-ctx.Done():
+		// Not sent yet: take it out, so the message the caller will retry
+		// (its key released, the input nacked) is not published later too.
+		s.mu.Lock()
+		if !b.taken {
+			b.msgs[i] = nil
+		}
+		s.mu.Unlock()
 		return fmt.Errorf("publish to %s: %w", s.topic, context.Cause(ctx))
 	}
 	if err := b.result(i); err != nil {
@@ -142,6 +150,7 @@ func (s *TopicSink) takeLocked(all bool) *batch {
 	}
 	s.busy++
 	s.rpcs.Add(1)
+	b.taken = true
 	return b
 }
 
@@ -164,10 +173,19 @@ func (s *TopicSink) run(b *batch) {
 // and the others go through.
 func (s *TopicSink) send(b *batch) {
 	defer close(b.done)
+	msgs := make([]*pb.PubsubMessage, 0, len(b.msgs))
+	for _, m := range b.msgs {
+		if m != nil {
+			msgs = append(msgs, m)
+		}
+	}
+	if len(msgs) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	b.err = s.call(ctx, b.msgs)
-	if status.Code(b.err) != codes.InvalidArgument || len(b.msgs) == 1 {
+	b.err = s.call(ctx, msgs)
+	if status.Code(b.err) != codes.InvalidArgument || len(msgs) == 1 {
 		return
 	}
 	// One at a time, within a second timeout for the whole split, so a
@@ -176,7 +194,9 @@ func (s *TopicSink) send(b *batch) {
 	defer cancel()
 	b.errs = make([]error, len(b.msgs))
 	for i, m := range b.msgs {
-		b.errs[i] = s.call(ctx, []*pb.PubsubMessage{m})
+		if m != nil {
+			b.errs[i] = s.call(ctx, []*pb.PubsubMessage{m})
+		}
 	}
 }
 

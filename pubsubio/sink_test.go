@@ -253,4 +253,42 @@ func TestTopicSink(t *testing.T) {
 			t.Fatalf("write to a server that never answers: %v, want a transient deadline error", err)
 		}
 	})
+
+	t.Run("a write given up before it was sent is not sent", func(t *testing.T) {
+		r := newSinkRig(t, "broker")
+		release := make(chan struct{})
+		pub := r.sink.publish
+		var first atomic.Bool
+		var mu sync.Mutex
+		var sent []string
+		r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
+			mu.Lock()
+			for _, m := range req.Messages {
+				sent = append(sent, m.Attributes["k"])
+			}
+			mu.Unlock()
+			if first.CompareAndSwap(false, true) {
+				<-release
+			}
+			return pub(ctx, req, opts...)
+		}
+		held := make(chan error, 1)
+		go func() {
+			held <- r.sink.Write(context.Background(), &pipeline.Message{Data: []byte("x"), Attributes: map[string]string{"k": "a"}})
+		}()
+		time.Sleep(100 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := r.sink.Write(ctx, &pipeline.Message{Data: []byte("x"), Attributes: map[string]string{"k": "b"}}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("write behind a held request: %v, want its deadline", err)
+		}
+		close(release)
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+		r.sink.Stop()
+		if fmt.Sprint(sent) != "[a]" {
+			t.Fatalf("sent %v, want only a: b's writer gave up (and will retry) before it was sent", sent)
+		}
+	})
 }
