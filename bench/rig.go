@@ -11,6 +11,7 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/dedupflow/dedupflow/broker"
@@ -233,7 +234,17 @@ func (w *watchedStream) RecvMsg(m any) error {
 
 func (w *watchedStream) SendMsg(m any) error {
 	if resp, ok := m.(*pb.StreamingPullResponse); ok && w.j.watching(w.sub) {
-		w.j.delivered(resp.ReceivedMessages)
+		msgs := resp.ReceivedMessages
+		// The broker encodes deliveries itself and hands them to gRPC as
+		// the unknown fields of an empty response; read them back.
+		if raw := resp.ProtoReflect().GetUnknown(); len(raw) > 0 {
+			var full pb.StreamingPullResponse
+			if err := proto.Unmarshal(raw, &full); err != nil {
+				return fmt.Errorf("bench: read the broker's streaming pull response: %w", err)
+			}
+			msgs = append(msgs, full.ReceivedMessages...)
+		}
+		w.j.delivered(msgs)
 	}
 	return w.ServerStream.SendMsg(m)
 }
