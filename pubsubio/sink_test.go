@@ -27,6 +27,26 @@ type sinkRig struct {
 	sub      Name
 	requests atomic.Int64
 	pstest   *pstest.Server // nil on our broker
+
+	mu   sync.Mutex
+	sent []string      // the "k" attribute of every message sent, in order
+	hold chan struct{} // when set, the first request waits for it to close
+	held bool
+}
+
+// holdFirst makes the next publish request wait until the returned
+// channel is closed, so later writes gather behind it.
+func (r *sinkRig) holdFirst() chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hold = make(chan struct{})
+	return r.hold
+}
+
+func (r *sinkRig) sentKeys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.sent...)
 }
 
 func newSinkRig(t *testing.T, server string) *sinkRig {
@@ -64,6 +84,18 @@ func newSinkRig(t *testing.T, server string) *sinkRig {
 	pub := r.sink.publish
 	r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
 		r.requests.Add(1)
+		r.mu.Lock()
+		for _, m := range req.Messages {
+			r.sent = append(r.sent, m.Attributes["k"])
+		}
+		var wait chan struct{}
+		if r.hold != nil && !r.held {
+			r.held, wait = true, r.hold
+		}
+		r.mu.Unlock()
+		if wait != nil {
+			<-wait
+		}
 		return pub(ctx, req, opts...)
 	}
 	return r
@@ -143,15 +175,7 @@ func TestTopicSink(t *testing.T) {
 	t.Run("a refused message fails alone, as permanent", func(t *testing.T) {
 		r := newSinkRig(t, "broker")
 		// Hold one request in flight so the next writes gather in one batch.
-		release := make(chan struct{})
-		pub := r.sink.publish
-		var first atomic.Bool
-		r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
-			if first.CompareAndSwap(false, true) {
-				<-release
-			}
-			return pub(ctx, req, opts...)
-		}
+		release := r.holdFirst()
 		ctx := context.Background()
 		errs := make([]error, 6)
 		var wg sync.WaitGroup
@@ -191,15 +215,7 @@ func TestTopicSink(t *testing.T) {
 		ctx := context.Background()
 		// The first request is held, so the second write gathers behind
 		// it, below the size that would start a request of its own.
-		release := make(chan struct{})
-		pub := r.sink.publish
-		var first atomic.Bool
-		r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
-			if first.CompareAndSwap(false, true) {
-				<-release
-			}
-			return pub(ctx, req, opts...)
-		}
+		release := r.holdFirst()
 		write := func(k string) chan error {
 			c := make(chan error, 1)
 			go func() {
@@ -256,22 +272,7 @@ func TestTopicSink(t *testing.T) {
 
 	t.Run("a write given up before it was sent is not sent", func(t *testing.T) {
 		r := newSinkRig(t, "broker")
-		release := make(chan struct{})
-		pub := r.sink.publish
-		var first atomic.Bool
-		var mu sync.Mutex
-		var sent []string
-		r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
-			mu.Lock()
-			for _, m := range req.Messages {
-				sent = append(sent, m.Attributes["k"])
-			}
-			mu.Unlock()
-			if first.CompareAndSwap(false, true) {
-				<-release
-			}
-			return pub(ctx, req, opts...)
-		}
+		release := r.holdFirst()
 		held := make(chan error, 1)
 		go func() {
 			held <- r.sink.Write(context.Background(), &pipeline.Message{Data: []byte("x"), Attributes: map[string]string{"k": "a"}})
@@ -287,7 +288,7 @@ func TestTopicSink(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.sink.Stop()
-		if fmt.Sprint(sent) != "[a]" {
+		if sent := r.sentKeys(); fmt.Sprint(sent) != "[a]" {
 			t.Fatalf("sent %v, want only a: b's writer gave up (and will retry) before it was sent", sent)
 		}
 	})
