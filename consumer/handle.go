@@ -92,7 +92,7 @@ func (d *Dedup) handle(ctx context.Context, m *pubsub.Message) Outcome {
 	}
 	start := d.now()
 	v, t, err := d.dd.Claim(ctx, dedup.KeyOf(key), m.ID)
-	d.m.storeTime.Observe(d.now().Sub(start).Seconds())
+	d.m.storeTime.Observe(max(d.now().Sub(start)-v.Waited, 0).Seconds()) // a wait for our own handler is not the store's
 	if err != nil {
 		if ctx.Err() != nil {
 			return Retried // Receive is shutting down; the store is fine

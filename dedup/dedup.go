@@ -117,14 +117,17 @@ func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Tick
 	if d.wm != nil {
 		return d.ClaimEvent(ctx, k, msgID, d.opt.Now())
 	}
-	if !d.hold(ctx, k, msgID) {
-		return Verdict{Status: InFlight}, Ticket{}, nil
+	held, waited := d.hold(ctx, k, msgID)
+	if !held {
+		return Verdict{Status: InFlight, Waited: waited}, Ticket{}, nil
 	}
 	// Read the clock only once the key is held: a copy may have waited up
 	// to LocalWait for it, and a lease measured from before that wait would
 	// already be over for the other replicas that judge it.
 	now := d.opt.Now()
-	return d.claim(ctx, k, msgID, now, now.Add(d.opt.Horizon))
+	v, t, err := d.claim(ctx, k, msgID, now, now.Add(d.opt.Horizon))
+	v.Waited = waited
+	return v, t, err
 }
 
 // claim runs a claim, for a key this process holds (see hold), judged at
@@ -176,20 +179,22 @@ type holder struct {
 }
 
 // hold makes msgID this process's claimant of k, waiting up to LocalWait
-// (or until ctx ends) while another message of this process holds it.
-func (d *Deduper) hold(ctx context.Context, k Key, msgID string) bool {
+// (or until ctx ends) while another message of this process holds it. It
+// reports how long it waited, on the Deduper's clock.
+func (d *Deduper) hold(ctx context.Context, k Key, msgID string) (held bool, waited time.Duration) {
 	var timeout <-chan time.Time
+	var start time.Time
 	for {
 		d.mu.Lock()
 		h, busy := d.local[k]
 		if !busy {
 			d.local[k] = holder{msgID: msgID}
 			d.mu.Unlock()
-			return true
+			return true, d.since(start)
 		}
 		if d.opt.LocalWait <= 0 {
 			d.mu.Unlock()
-			return false
+			return false, 0
 		}
 		if h.done == nil {
 			h.done = make(chan struct{})
@@ -197,6 +202,7 @@ func (d *Deduper) hold(ctx context.Context, k Key, msgID string) bool {
 		}
 		d.mu.Unlock()
 		if timeout == nil {
+			start = d.opt.Now()
 			t := time.NewTimer(d.opt.LocalWait)
 			defer t.Stop()
 			timeout = t.C
@@ -204,11 +210,20 @@ func (d *Deduper) hold(ctx context.Context, k Key, msgID string) bool {
 		select {
 		case <-h.done: // the holder committed or released: ask again
 		case <-ctx.Done():
-			return false
+			return false, d.since(start)
 		case <-timeout:
-			return false
+			return false, d.since(start)
 		}
 	}
+}
+
+// since is the time since start on the Deduper's clock; zero for a zero
+// start (no wait).
+func (d *Deduper) since(start time.Time) time.Duration {
+	if start.IsZero() {
+		return 0
+	}
+	return max(d.opt.Now().Sub(start), 0)
 }
 
 func (d *Deduper) forget(k Key) {

@@ -171,8 +171,9 @@ func (d *Deduper) ClaimEvent(ctx context.Context, k Key, msgID string, et time.T
 	if _, err := d.judge(et, d.wm.observe(et)); err != nil {
 		return Verdict{}, Ticket{}, err
 	}
-	if !d.hold(ctx, k, msgID) {
-		return Verdict{Status: InFlight}, Ticket{}, nil
+	held, waited := d.hold(ctx, k, msgID)
+	if !held {
+		return Verdict{Status: InFlight, Waited: waited}, Ticket{}, nil
 	}
 	// Judged again once held: a copy may have waited up to LocalWait, and
 	// a lease measured from the watermark before that wait would already
@@ -181,9 +182,11 @@ func (d *Deduper) ClaimEvent(ctx context.Context, k Key, msgID string, et time.T
 	expires, err := d.judge(et, wm)
 	if err != nil {
 		d.forget(k)
-		return Verdict{}, Ticket{}, err
+		return Verdict{Waited: waited}, Ticket{}, err
 	}
-	return d.claim(ctx, k, msgID, wm, expires)
+	v, t, err := d.claim(ctx, k, msgID, wm, expires)
+	v.Waited = waited
+	return v, t, err
 }
 
 // judge is when the key of an event at et, once committed, expires, or

@@ -66,6 +66,11 @@ type Claim struct {
 type Verdict struct {
 	Status Status
 	Kind   Kind // set when Status is Duplicate
+	// Waited is how long, on the Deduper's clock, the claim waited for
+	// this process's own write of the key (Options.LocalWait) before it
+	// asked the store; stores leave it zero. Latency metrics subtract it,
+	// so a store's latency is not blamed for a sink write.
+	Waited time.Duration
 }
 
 // Store keeps the dedup horizon. Each method is atomic per key. Times are

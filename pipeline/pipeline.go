@@ -247,7 +247,7 @@ func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
 	if errors.Is(err, dedup.ErrTooLate) {
 		return p.tooLate(ctx, m, n, err)
 	}
-	p.m.storeTime.Observe(since(start, p.now()))
+	p.m.storeTime.Observe(max(since(start, p.now())-v.Waited.Seconds(), 0)) // a wait for our own write is not the store's
 	if err != nil {
 		if ctx.Err() == nil { // a shutdown is not an outage
 			p.store.Fail(err)
