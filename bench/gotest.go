@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // benchLine is one result line of `go test -bench`: the benchmark's name
@@ -86,16 +85,4 @@ func metricRuns(lines []benchLine, name, unit string) []float64 {
 		}
 	}
 	return v
-}
-
-// waitCtx sleeps d unless ctx ends first.
-func waitCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
