@@ -70,7 +70,10 @@ func (e *crashEnv) sub(id string) string {
 	return fmt.Sprintf("projects/%s/subscriptions/%s", e.project, id)
 }
 
-// createTopicSub creates topic and a subscription of it.
+// createTopicSub creates topic and a subscription of it that retains
+// acknowledged messages, so seekTo redelivers what was already acked too,
+// not only the backlog the pipeline happens to hold at that moment (a fast
+// pipeline holds almost none).
 func (e *crashEnv) createTopicSub(topic, sub string) {
 	e.t.Helper()
 	ctx := context.Background()
@@ -78,7 +81,7 @@ func (e *crashEnv) createTopicSub(topic, sub string) {
 		e.t.Fatal(err)
 	}
 	if _, err := e.client.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{
-		Name: e.sub(sub), Topic: e.topic(topic), AckDeadlineSeconds: 10,
+		Name: e.sub(sub), Topic: e.topic(topic), AckDeadlineSeconds: 10, RetainAckedMessages: true,
 	}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -101,6 +104,27 @@ type published struct {
 	ids   map[string][]string
 	total int
 	took  time.Duration
+}
+
+// publishInBackground publishes keys to "input" (with copyShare copies)
+// while the test goes on; the returned func waits for it and fails the
+// test if publishing failed.
+func (e *crashEnv) publishInBackground(t *testing.T, keys []string, pace time.Duration, seed uint64) func() *published {
+	var pub *published
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pub, err = e.publish(context.Background(), "input", keys, crashCopyShare, pace, rand.New(rand.NewPCG(seed, 1)))
+	}()
+	return func() *published {
+		t.Helper()
+		<-done
+		if err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		return pub
+	}
 }
 
 // publish sends every key once and a share of them twice (republished

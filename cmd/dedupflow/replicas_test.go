@@ -26,7 +26,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -335,13 +334,7 @@ func TestReplicasShareRedis(t *testing.T) {
 
 	keys := crashKeys(replicaKeys, "rk")
 	start := time.Now()
-	var pub *published
-	var pubErr error
-	pubDone := make(chan struct{})
-	go func() {
-		defer close(pubDone)
-		pub, pubErr = e.publish(context.Background(), "input", keys, crashCopyShare, replicaPace, rand.New(rand.NewPCG(seed, 1)))
-	}()
+	published := e.publishInBackground(t, keys, replicaPace, seed)
 	// Halfway through, seek back before the first publish: everything
 	// published so far is delivered again with the same message IDs, to
 	// whichever replica, while the rest is still arriving.
@@ -350,10 +343,7 @@ func TestReplicasShareRedis(t *testing.T) {
 	if err := e.seekTo("in-sub", start.Add(-time.Second)); err != nil {
 		t.Fatalf("seek: %v", err)
 	}
-	<-pubDone
-	if pubErr != nil {
-		t.Fatalf("publish: %v", pubErr)
-	}
+	pub := published()
 	t.Logf("published %d messages for %d keys (%d republished copies) in %v; seeked back to the start with %d keys through",
 		pub.total, len(keys), pub.total-len(keys), pub.took.Round(time.Millisecond), seekAt)
 
@@ -527,13 +517,7 @@ func testRedisOutage(t *testing.T, restart bool) {
 
 	keys := crashKeys(outageKeys, "ok")
 	start := time.Now()
-	var pub *published
-	var pubErr error
-	pubDone := make(chan struct{})
-	go func() {
-		defer close(pubDone)
-		pub, pubErr = e.publish(context.Background(), "input", keys, crashCopyShare, outagePace, rand.New(rand.NewPCG(seed, 1)))
-	}()
+	published := e.publishInBackground(t, keys, outagePace, seed)
 
 	time.Sleep(outageAt)
 	before, _ := out.state()
@@ -577,10 +561,7 @@ func testRedisOutage(t *testing.T, restart bool) {
 		t.Errorf("/readyz did not answer 200 within 30 s of Redis's return")
 	}
 
-	<-pubDone
-	if pubErr != nil {
-		t.Fatalf("publish: %v", pubErr)
-	}
+	pub := published()
 	t.Logf("published %d messages for %d keys (%d republished copies) in %v",
 		pub.total, len(keys), pub.total-len(keys), pub.took.Round(time.Millisecond))
 
