@@ -197,8 +197,8 @@ func (c *Console) Serve(ctx context.Context, ln net.Listener) error {
 func (c *Console) readOutput(ctx context.Context) error {
 	sub := c.o.Client.Subscriber(c.o.OutputSubscription.String())
 	sub.ReceiveSettings.NumGoroutines = 1
-	err := sub.Receive(ctx, func(_ context.Context, m *pubsub.Message) {
-		r := c.feed.add(c.rowOf(m))
+	err := sub.Receive(ctx, func(ctx context.Context, m *pubsub.Message) {
+		r := c.feed.add(c.rowOf(ctx, m))
 		m.Ack()
 		c.log.Debug("console: output", "seq", r.Seq, "message_id", m.ID, "key", r.Key)
 	})
@@ -208,7 +208,7 @@ func (c *Console) readOutput(ctx context.Context) error {
 	return nil
 }
 
-func (c *Console) rowOf(m *pubsub.Message) Row {
+func (c *Console) rowOf(ctx context.Context, m *pubsub.Message) Row {
 	r := Row{Key: m.Attributes[c.o.IDAttribute], MessageID: m.ID}
 	if utf8.Valid(m.Data) {
 		r.Data = string(m.Data)
@@ -218,7 +218,7 @@ func (c *Console) rowOf(m *pubsub.Message) Row {
 	et, err := dedup.ParseTimestamp(m.Attributes[c.o.EventTimeAttribute])
 	if err == nil {
 		r.EventTimeFrom = "attribute"
-		if s := c.subs.lookup(r.Key, et); s != nil {
+		if s := c.subs.lookup(ctx, r.Key, et); s != nil {
 			r.Submission = s.id
 			r.KeyFromID = s.key == ""
 		}

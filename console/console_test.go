@@ -266,3 +266,40 @@ func TestEventsReset(t *testing.T) {
 		}
 	}
 }
+
+// The pipeline can emit a message before the console hears back from
+// Publish: its output must still be traced to the submission (the row gets
+// its Redeliver button), with or without a key.
+func TestSubmissionOutputBeforePublishReturns(t *testing.T) {
+	subs := newSubmissions(10)
+	at := time.UnixMilli(1_700_000_000_000)
+	keyed := subs.begin(at, "456")
+	if got := subs.lookup(t.Context(), "456", at); got != keyed {
+		t.Fatalf("keyed output while publishing: got %v, want submission %d", got, keyed.id)
+	}
+
+	keyless := subs.begin(at, "")
+	found := make(chan *submission)
+	go func() { found <- subs.lookup(t.Context(), "m-7", at) }()
+	select {
+	case got := <-found:
+		t.Fatalf("keyless output resolved to %v before its message ID was known", got)
+	case <-time.After(50 * time.Millisecond):
+	}
+	subs.finish(keyless, []string{"m-7"})
+	subs.finish(keyed, []string{"m-5"})
+	if got := <-found; got != keyless {
+		t.Fatalf("keyless output: got %v, want submission %d", got, keyless.id)
+	}
+
+	// A submission none of whose copies was published is not remembered,
+	// and an unrelated output does not wait for anything.
+	failed := subs.begin(at.Add(time.Millisecond), "9")
+	subs.finish(failed, nil)
+	if subs.get(failed.id) != nil || subs.lookup(t.Context(), "9", failed.at) != nil {
+		t.Error("a submission that published nothing is still remembered")
+	}
+	if got := subs.after(at); got != 2 {
+		t.Errorf("messages published since the first submission: %d, want 2", got)
+	}
+}

@@ -1,6 +1,8 @@
 package console
 
 import (
+	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -73,10 +75,11 @@ func (f *feed) since(seq uint64) ([]Row, <-chan struct{}) {
 
 // submission is one press of Publish: a message and its copies.
 type submission struct {
-	id  uint64
-	at  time.Time // taken before the first copy was published; also its event time
-	key string    // empty: published without a key
-	ids []string  // message IDs of the copies, in publish order
+	id   uint64
+	at   time.Time     // taken before the first copy was published; also its event time
+	key  string        // empty: published without a key
+	ids  []string      // message IDs of the copies, in publish order; set by finish
+	done chan struct{} // closed by finish, after which ids does not change
 }
 
 // submissions remembers what this console published, so an output row can
@@ -84,43 +87,75 @@ type submission struct {
 // just before it. Copies share their key and event time, as a publisher's
 // retries of one event do; that pair identifies the submission on outputs.
 type submissions struct {
-	mu     sync.Mutex
-	next   uint64
-	byID   map[uint64]*submission
-	byMark map[string]*submission // mark(key or message ID, event time)
-	order  []uint64               // oldest first, to forget beyond max
-	max    int
+	mu      sync.Mutex
+	next    uint64
+	byID    map[uint64]*submission
+	byMark  map[string]*submission // mark(key or message ID, event time)
+	order   []uint64               // oldest first, to forget beyond max
+	pending map[*submission]bool   // begun, not finished
+	max     int
 }
 
 func newSubmissions(max int) *submissions {
-	return &submissions{next: 1, byID: map[uint64]*submission{}, byMark: map[string]*submission{}, max: max}
+	return &submissions{
+		next: 1, max: max,
+		byID: map[uint64]*submission{}, byMark: map[string]*submission{}, pending: map[*submission]bool{},
+	}
 }
 
 func mark(key string, at time.Time) string {
 	return strconv.FormatInt(at.UnixMilli(), 10) + "\x00" + key
 }
 
-func (s *submissions) add(at time.Time, key string, ids []string) *submission {
+// begin registers a submission before its first copy is published: the
+// pipeline may emit it before this console hears back from Publish.
+func (s *submissions) begin(at time.Time, key string) *submission {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	sub := &submission{id: s.next, at: at, key: key, ids: ids}
+	sub := &submission{id: s.next, at: at, key: key, done: make(chan struct{})}
 	s.next++
 	s.byID[sub.id] = sub
+	if key != "" {
+		s.byMark[mark(key, at)] = sub
+	}
+	s.pending[sub] = true
+	s.order = append(s.order, sub.id)
+	if len(s.order) > s.max {
+		s.forget(s.byID[s.order[0]])
+	}
+	return sub
+}
+
+// finish records the message IDs the copies got; a submission none of
+// whose copies was published is forgotten.
+func (s *submissions) finish(sub *submission, ids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer close(sub.done)
+	sub.ids = ids
+	delete(s.pending, sub)
+	if s.byID[sub.id] != sub {
+		return // already forgotten
+	}
+	if len(ids) == 0 {
+		s.forget(sub)
+		return
+	}
 	for _, m := range s.marks(sub) {
 		s.byMark[m] = sub
 	}
-	s.order = append(s.order, sub.id)
-	if len(s.order) > s.max {
-		old := s.byID[s.order[0]]
-		delete(s.byID, old.id)
-		for _, m := range s.marks(old) {
-			if s.byMark[m] == old {
-				delete(s.byMark, m)
-			}
+}
+
+func (s *submissions) forget(sub *submission) {
+	delete(s.byID, sub.id)
+	for _, m := range s.marks(sub) {
+		if s.byMark[m] == sub {
+			delete(s.byMark, m)
 		}
-		s.order = s.order[1:]
 	}
-	return sub
+	if i := slices.Index(s.order, sub.id); i >= 0 {
+		s.order = slices.Delete(s.order, i, i+1)
+	}
 }
 
 // marks are how outputs of sub can be recognised: by its key, or, without
@@ -136,7 +171,31 @@ func (s *submissions) marks(sub *submission) []string {
 	return out
 }
 
-func (s *submissions) lookup(key string, at time.Time) *submission {
+// lookup finds the submission an output came from. A keyless one is known
+// by its message IDs only once its publishing is finished, so a miss waits
+// for the submissions still publishing with the same event time.
+func (s *submissions) lookup(ctx context.Context, key string, at time.Time) *submission {
+	s.mu.Lock()
+	sub := s.byMark[mark(key, at)]
+	var wait []chan struct{}
+	if sub == nil {
+		for p := range s.pending {
+			if p.at.Equal(at) {
+				wait = append(wait, p.done)
+			}
+		}
+	}
+	s.mu.Unlock()
+	if len(wait) == 0 {
+		return sub
+	}
+	for _, d := range wait {
+		select {
+		case <-d:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.byMark[mark(key, at)]

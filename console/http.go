@@ -197,7 +197,9 @@ func (c *Console) publish(w http.ResponseWriter, r *http.Request) {
 	if f.key != "" {
 		attrs[c.o.IDAttribute] = f.key
 	}
+	s := c.subs.begin(at, f.key)
 	ids := make([]string, 0, f.copies)
+	defer func() { c.subs.finish(s, ids) }()
 	for range f.copies {
 		// One at a time, each confirmed before the next, as a retry
 		// follows a failed attempt.
@@ -205,15 +207,11 @@ func (c *Console) publish(w http.ResponseWriter, r *http.Request) {
 		id, err := res.Get(r.Context())
 		if err != nil {
 			c.log.Warn("console: publish", "topic", c.o.InputTopic.String(), "err", err)
-			if len(ids) > 0 {
-				c.subs.add(at, f.key, ids)
-			}
 			writeErr(w, http.StatusBadGateway, "", fmt.Sprintf("publish to %s failed after %d of %d copies: %v", c.o.InputTopic.ID, len(ids), f.copies, err))
 			return
 		}
 		ids = append(ids, id)
 	}
-	s := c.subs.add(at, f.key, ids)
 	c.log.Info("console: published", "topic", c.o.InputTopic.String(), "key", f.key, "message_ids", ids)
 	writeJSON(w, http.StatusOK, map[string]any{"submission": s.id, "message_ids": ids, "key": f.key})
 }
@@ -232,6 +230,11 @@ func (c *Console) redeliver(w http.ResponseWriter, r *http.Request) {
 	s := c.subs.get(id)
 	if s == nil {
 		writeErr(w, http.StatusNotFound, "", "that message is no longer remembered by the console; publish a new one")
+		return
+	}
+	select { // a submission still publishing: its message IDs are not all known yet
+	case <-s.done:
+	case <-r.Context().Done():
 		return
 	}
 	_, err = c.o.Client.SubscriptionAdminClient.Seek(r.Context(), &pubsubpb.SeekRequest{
