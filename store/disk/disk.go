@@ -134,22 +134,18 @@ type Store struct {
 }
 
 type shard struct {
-	mu      sync.Mutex
-	done    index
-	pending map[dedup.Key]pending
-	now     int64 // latest Claim.Now seen (Unix ns): the sweep's clock
-	_       [32]byte
+	mu  sync.Mutex
+	idx index // committed keys and pending claims
+	now int64 // latest Claim.Now seen (Unix ns): the sweep's clock
+	// walk is where the next dropExpired of idx starts.
+	walk int
+	_    [32]byte
 }
 
 // rec is a committed key in the index.
 type rec struct {
 	exp int64 // Unix ns
 	tag uint32
-}
-
-type pending struct {
-	msgID string
-	until int64
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -164,9 +160,6 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		opt.SweepEvery = time.Second
 	}
 	s := &Store{log: opt.Logger}
-	for i := range s.shards {
-		s.shards[i].pending = make(map[dedup.Key]pending)
-	}
 	w, err := openWriter(ctx, path, opt, s)
 	if err != nil {
 		return nil, err
@@ -189,17 +182,26 @@ func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
 	if now > sh.now {
 		sh.now = now
 	}
-	if r, ok := sh.done.get(c.Key); ok && now < r.exp {
+	tag := dedup.MsgTag(c.MsgID)
+	claim := entry{hi: c.Key.Hi(), lo: c.Key.Lo(), exp: c.LeaseUntil.UnixNano(), tag: tag, claim: true}
+	i := sh.idx.find(c.Key)
+	if i < 0 {
+		sh.idx.add(claim)
+		return dedup.Verdict{Status: dedup.Proceed}, nil
+	}
+	e := &sh.idx.slots[i]
+	switch {
+	case now >= e.exp: // expired commit or lapsed claim: the claim takes the slot
+	case e.claim: // a live claim, whoever holds it
+		return dedup.Verdict{Status: dedup.InFlight}, nil
+	default:
 		kind := dedup.Republish
-		if r.tag == dedup.MsgTag(c.MsgID) {
+		if e.tag == tag {
 			kind = dedup.Redelivery
 		}
 		return dedup.Verdict{Status: dedup.Duplicate, Kind: kind}, nil
 	}
-	if p, ok := sh.pending[c.Key]; ok && now < p.until {
-		return dedup.Verdict{Status: dedup.InFlight}, nil
-	}
-	sh.pending[c.Key] = pending{msgID: c.MsgID, until: c.LeaseUntil.UnixNano()}
+	*e = claim
 	return dedup.Verdict{Status: dedup.Proceed}, nil
 }
 
@@ -214,27 +216,29 @@ func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires t
 	}
 	sh := s.shard(k)
 	sh.mu.Lock()
-	delete(sh.pending, k) // done now, whoever held the lease
-	sh.setDone(k, r)
+	sh.setDone(k, r) // done now, whoever held the lease
 	sh.mu.Unlock()
 	return nil
 }
 
-// setDone records a committed key. The later expiry wins, in memory as on
-// reload, so a store answers the same before and after a restart.
+// setDone records a committed key in place of its claim, if any. Of two
+// commits the later expiry wins, in memory as on reload, so a store
+// answers the same before and after a restart.
 func (sh *shard) setDone(k dedup.Key, r rec) {
-	sh.done.setLater(k, r)
+	sh.idx.setLater(k, r)
 }
 
-// Release implements dedup.Store.
+// Release implements dedup.Store. The claim is told by its message-ID tag,
+// as in store/mem: the slot has no room for the ID.
 func (s *Store) Release(_ context.Context, k dedup.Key, msgID string) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
+	tag := dedup.MsgTag(msgID)
 	sh := s.shard(k)
 	sh.mu.Lock()
-	if p, ok := sh.pending[k]; ok && p.msgID == msgID {
-		delete(sh.pending, k)
+	if i := sh.idx.find(k); i >= 0 && sh.idx.slots[i].claim && sh.idx.slots[i].tag == tag {
+		sh.idx.remove(i)
 	}
 	sh.mu.Unlock()
 	return nil
@@ -247,7 +251,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += sh.done.n + len(sh.pending)
+		n += sh.idx.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -271,26 +275,28 @@ func (s *Store) forget(swept []sweptKey) {
 	for _, x := range swept {
 		sh := s.shard(x.k)
 		sh.mu.Lock()
-		if i := sh.done.find(x.k); i >= 0 && sh.done.slots[i].exp == x.exp {
-			sh.done.remove(i)
+		if i := sh.idx.find(x.k); i >= 0 && !sh.idx.slots[i].claim && sh.idx.slots[i].exp == x.exp {
+			sh.idx.remove(i)
 		}
 		sh.mu.Unlock()
 	}
 }
 
+// walkSlots is how many slots of each shard one dropStaleClaims looks at:
+// 1M slots (32 MiB) a tick in all, so a 10M-key index is walked in about
+// 12 ticks, a small one at every tick.
+const walkSlots = 4096
+
 // dropStaleClaims forgets claims whose lease ended by now, so claims that
 // were never committed nor released (their caller gave up) do not pile up.
-// A claim past its lease answers exactly as an absent one would, and there
-// are only as many claims as messages in flight, so the walk is short.
+// A claim past its lease answers exactly as an absent one would. They sit
+// among the committed keys, so each call walks a bounded stretch of every
+// table, from where the last one stopped.
 func (s *Store) dropStaleClaims(now int64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, p := range sh.pending {
-			if p.until <= now {
-				delete(sh.pending, k)
-			}
-		}
+		sh.walk = sh.idx.dropExpired(sh.walk, min(walkSlots, len(sh.idx.slots)), now)
 		sh.mu.Unlock()
 	}
 }

@@ -78,6 +78,12 @@ type writer struct {
 	mu     sync.Mutex
 	cur    *group
 	closed bool
+	// spareKeys and spareRecs are the slices of the last group written,
+	// for the next group to fill: growing fresh ones by append for every
+	// group of hundreds of commits cost more than the write's syscalls.
+	// The writer goroutine's alone.
+	spareKeys []dedup.Key
+	spareRecs []rec
 
 	wake   chan struct{}
 	stop   chan struct{}
@@ -291,7 +297,7 @@ func (w *writer) load(ctx context.Context) (int, error) {
 	}
 	per := n / nshards
 	for i := range w.s.shards {
-		w.s.shards[i].done = newIndex(per + per/16)
+		w.s.shards[i].idx = newIndex(per + per/16)
 	}
 	cur, inChunk := 0, 0
 	parts := &bufs[cur]
@@ -357,10 +363,13 @@ func (w *writer) put(ctx context.Context, k dedup.Key, r rec) error {
 }
 
 func (w *writer) take() *group {
+	next := newGroup()
+	next.keys, next.recs = w.spareKeys[:0], w.spareRecs[:0]
+	w.spareKeys, w.spareRecs = nil, nil
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	g := w.cur
-	w.cur = newGroup()
+	w.cur = next
+	w.mu.Unlock()
 	return g
 }
 
@@ -420,6 +429,7 @@ func (w *writer) write(g *group, now int64) (more bool) {
 		}
 	}
 	close(g.done)
+	w.spareKeys, w.spareRecs = g.keys, g.recs // no one reads them now
 	if g.err != nil {
 		return false
 	}

@@ -6,15 +6,19 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 )
 
-// entry is one committed key in the index: 32 bytes. tag 0 marks an empty
-// slot (dedup.MsgTag never returns 0).
+// entry is one key in the index: 32 bytes. A committed key holds its
+// expiry; a pending claim (claim set) holds the end of its lease and the
+// claimant's tag, in the same slot a commit then overwrites, as in
+// store/mem: claim and commit touch one table and no Go map. tag 0 marks an
+// empty slot (dedup.MsgTag never returns 0).
 type entry struct {
 	hi, lo uint64
-	exp    int64 // Unix ns
+	exp    int64 // Unix ns: expiry, or a claim's lease end
 	tag    uint32
+	claim  bool // fits in the padding
 }
 
-// index is one shard's table of committed keys, the structure of store/mem's
+// index is one shard's table of committed keys and pending claims, the structure of store/mem's
 // table (open addressing, linear probing, Robin Hood displacement, a size
 // that is not a power of two so it grows by 1.25× and stays 72–90% full)
 // with full-width expiries, since they come from the file as Unix
@@ -84,16 +88,16 @@ func (t *index) get(k dedup.Key) (rec, bool) {
 // set inserts the key or overwrites its record.
 func (t *index) set(k dedup.Key, r rec) {
 	if i := t.find(k); i >= 0 {
-		t.slots[i].exp, t.slots[i].tag = r.exp, r.tag
+		t.slots[i] = entry{hi: k.Hi(), lo: k.Lo(), exp: r.exp, tag: r.tag}
 		return
 	}
-	t.add(k, r)
+	t.add(entry{hi: k.Hi(), lo: k.Lo(), exp: r.exp, tag: r.tag})
 }
 
-// setLater is set unless the key is held with a later expiry, in one
-// probe where a find and an insert would make two (each a likely cache
-// miss): with Robin Hood order a present key is met before the slot where
-// an absent one would go.
+// setLater is set unless the key is committed with a later expiry (a
+// claim is always replaced), in one probe where a find and an insert would
+// make two (each a likely cache miss): with Robin Hood order a present key
+// is met before the slot where an absent one would go.
 func (t *index) setLater(k dedup.Key, r rec) {
 	if float64(t.n+1) > maxLoad*float64(len(t.slots)) {
 		t.resize(int(float64(len(t.slots))*growBy) + 1)
@@ -108,8 +112,8 @@ func (t *index) setLater(k dedup.Key, r rec) {
 			return
 		}
 		if s.hi == e.hi && s.lo == e.lo {
-			if s.exp <= e.exp {
-				s.exp, s.tag = e.exp, e.tag
+			if s.claim || s.exp <= e.exp {
+				*s = e
 			}
 			return
 		}
@@ -123,11 +127,11 @@ func (t *index) setLater(k dedup.Key, r rec) {
 }
 
 // add inserts a key known to be absent.
-func (t *index) add(k dedup.Key, r rec) {
+func (t *index) add(e entry) {
 	if float64(t.n+1) > maxLoad*float64(len(t.slots)) {
 		t.resize(int(float64(len(t.slots))*growBy) + 1)
 	}
-	t.insert(entry{hi: k.Hi(), lo: k.Lo(), exp: r.exp, tag: r.tag})
+	t.insert(e)
 }
 
 func (t *index) insert(e entry) { t.shift(t.home(e.lo), e, 0) }
@@ -164,6 +168,24 @@ func (t *index) remove(i int) {
 	}
 	t.slots[i] = entry{}
 	t.n--
+}
+
+// dropExpired looks at up to k slots from cursor on and removes the
+// entries that ended by now: lapsed claims (their caller gave up) and
+// expired keys the ordered sweep has not reached (a key committed already
+// expired). It returns where to go on next time.
+func (t *index) dropExpired(cursor, k int, now int64) int {
+	if cursor >= len(t.slots) {
+		cursor = 0 // the table was resized
+	}
+	for ; k > 0; k-- {
+		if e := &t.slots[cursor]; e.tag != 0 && e.exp <= now {
+			t.remove(cursor) // a follower may now sit here: look again
+			continue
+		}
+		cursor = t.next(cursor)
+	}
+	return cursor
 }
 
 func (t *index) resize(size int) {
