@@ -13,17 +13,29 @@ import (
 // ErrClosed is returned by Write after Close.
 var ErrClosed = errors.New("postgres sink closed")
 
-// classify wraps err so callers can branch on it: dedup.ErrUnavailable for
-// a server that is down, restarting, overloaded or unreachable (the pipeline
+// ErrUnavailable marks errors of a server that is down, restarting,
+// overloaded or unreachable. It also matches dedup.ErrUnavailable, so
+// dedup.Transient and callers that already branch on the store's sentinel
+// treat a sink outage the same way; only the text differs, so a log says
+// which of the two went away.
+var ErrUnavailable error = unavailable{}
+
+type unavailable struct{}
+
+func (unavailable) Error() string        { return "postgres sink unavailable" }
+func (unavailable) Is(target error) bool { return target == dedup.ErrUnavailable }
+
+// classify wraps err so callers can branch on it: ErrUnavailable for a
+// server that is down, restarting, overloaded or unreachable (the pipeline
 // backs off and retries; the pool reconnects by itself). Other server errors
 // (a dropped table, a missing privilege) are returned as they are: retrying
 // is right, an operator has to act, and nothing is dead-lettered for it.
 func classify(err error) error {
-	if err == nil || errors.Is(err, dedup.ErrUnavailable) {
+	if err == nil || errors.Is(err, ErrUnavailable) {
 		return err
 	}
 	if transient(err) {
-		return fmt.Errorf("%w: %w", dedup.ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
 }

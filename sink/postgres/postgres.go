@@ -231,7 +231,8 @@ func (s *Sink) Stats() Stats {
 // committed (inserted now, or already there). m's key is the dedup key; a
 // message passed without dedup is keyed on its message ID. An error wraps
 // pipeline.ErrPermanent when the message cannot be stored at all, and
-// dedup.ErrUnavailable when the server cannot be reached.
+// ErrUnavailable (which matches dedup.ErrUnavailable too) when the server
+// cannot be reached.
 //
 // When ctx ends first, Write returns its error, but the row may still be
 // committed by the statement already under way; the retry that follows is
