@@ -184,6 +184,8 @@ type Dedup struct {
 	now   func() time.Time
 	m     *metrics
 	store *backoff.Tracker
+
+	strikes backoff.Strikes // rejected messages nacked, without OnReject
 }
 
 // New validates opt and returns a Dedup over store under which f succeeds

@@ -18,6 +18,10 @@ const (
 	// unless the subscription has a retry policy; without the hold, one
 	// such message would spin between server and client.
 	conflictHold = 250 * time.Millisecond
+	// maxRejectHold caps the hold of a message without a usable key, which
+	// grows at each of its deliveries (it will never become usable); the
+	// cap bounds how long it takes a slot of MaxOutstandingMessages.
+	maxRejectHold = 5 * time.Second
 	// settleTimeout bounds a commit or release. They run on a context
 	// detached from Receive's, so a shutdown does not leave a handled key
 	// pending until its lease ends.
@@ -189,9 +193,12 @@ func (d *Dedup) run(ctx context.Context, m *pubsub.Message, key string, t *dedup
 // reject deals with a message that has no usable key.
 func (d *Dedup) reject(ctx context.Context, m *pubsub.Message, reason error) Outcome {
 	if d.opt.OnReject == nil {
-		d.log.Warn("message without a usable dedup key nacked (set OnReject, or a dead-letter policy on the subscription)",
-			"message_id", m.ID, "reason", reason)
-		hold(ctx, conflictHold)
+		n := d.strikes.Add(m.ID)
+		if backoff.Report(n) {
+			d.log.Warn("message without a usable dedup key nacked; it comes back until it is removed (set OnReject, or a dead-letter policy on the subscription)",
+				"message_id", m.ID, "deliveries", n, "reason", reason)
+		}
+		_ = backoff.Sleep(ctx, backoff.Delay(n, conflictHold, maxRejectHold))
 		return Retried
 	}
 	if err := d.opt.OnReject(ctx, view(m), reason); err != nil {

@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -195,18 +196,52 @@ func TestGarbledTimestamp(t *testing.T) {
 	})
 	t.Run("without a dead-letter topic it is nacked, not dropped", func(t *testing.T) {
 		srv, conn := newPstest(t)
-		r := newRig(t, conn, rigOpts{cfg: pipeline.Config{TimestampAttribute: "occurred_at"}})
+		var logs syncBuffer
+		r := newRig(t, conn, rigOpts{cfg: pipeline.Config{TimestampAttribute: "occurred_at"},
+			log: slog.New(slog.NewTextHandler(&logs, nil))})
 		r.start()
 		id := r.publish("bad", map[string]string{"occurred_at": "soon"})
-		r.waitCounts("nacks", func(c pipeline.Counts) bool { return c.Retried >= 2 })
+		r.waitCounts("nacks", func(c pipeline.Counts) bool { return c.Retried >= 3 })
+		// Each delivery is held back longer than the one before (at
+		// least 50, 100, 200, 400, 800 ms): it does not bounce between
+		// nack and redelivery, and it is reported once, not per delivery.
+		time.Sleep(1500 * time.Millisecond)
 		r.stop()
+		c := r.p.Counts()
+		if c.Retried > 6 {
+			t.Errorf("invalid message delivered %d times in about 2 s: it should be held back longer each time", c.Retried)
+		}
+		if n := strings.Count(logs.String(), "invalid message nacked"); n != 1 {
+			t.Errorf("%d log lines for one invalid message, want 1:\n%s", n, logs.String())
+		}
+		if !strings.Contains(logs.String(), "message_id="+id) || !strings.Contains(logs.String(), "--dead-letter-topic") {
+			t.Errorf("log does not name the message and the remedy:\n%s", logs.String())
+		}
 		if m := srv.Message(id); m.Acks != 0 {
 			t.Fatalf("invalid message was acked %d times", m.Acks)
 		}
-		if c := r.p.Counts(); c.Emitted != 0 {
+		if c.Emitted != 0 {
 			t.Fatalf("invalid message emitted: %+v", c)
 		}
 	})
+}
+
+// syncBuffer collects log output written from the pipeline's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // Shadow mode decides and counts as usual but emits every message.

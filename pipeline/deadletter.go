@@ -3,7 +3,10 @@ package pipeline
 import (
 	"context"
 	"encoding/json"
+	"time"
 	"unicode/utf8"
+
+	"github.com/dedupflow/dedupflow/internal/backoff"
 )
 
 // Limits of a Pub/Sub message that a dead letter must respect, or it would
@@ -12,6 +15,12 @@ const (
 	maxAttributes = 100
 	maxValueLen   = 1024
 )
+
+// Without a dead-letter topic an invalid message is nacked, held back
+// longer at each delivery up to maxInvalidHold. The hold keeps it from
+// bouncing between nack and redelivery; the cap bounds how long it takes
+// a slot of --max-outstanding.
+const maxInvalidHold = 5 * time.Second
 
 // AttrEnvelope marks a dead letter whose data is a JSON envelope holding
 // the original data and attributes, used when the original already has
@@ -22,9 +31,14 @@ const AttrEnvelope = "dedupflow_envelope"
 // reason, or, without one, leaves it unacked: it is never dropped.
 func (p *Pipeline) deadLetter(ctx context.Context, m *Message, reason error) Outcome {
 	if p.dl == nil {
-		p.log.Warn("invalid message nacked (set a dead-letter topic to move it aside)",
-			"message_id", m.ID, "reason", reason)
-		hold(ctx)
+		// Held back longer and reported less at each delivery, or a
+		// handful of bad messages floods the log and spins the pipeline.
+		n := p.strikes.Add(m.ID)
+		if backoff.Report(n) {
+			p.log.Warn("invalid message nacked; it comes back until it is removed: set --dead-letter-topic to move such messages aside",
+				"message_id", m.ID, "deliveries", n, "reason", reason)
+		}
+		_ = backoff.Sleep(ctx, backoff.Delay(n, 100*time.Millisecond, maxInvalidHold))
 		return Retried
 	}
 	if err := p.dlOut.Wait(ctx); err != nil {

@@ -43,6 +43,7 @@ type rigOpts struct {
 	dedup      dedup.Options
 	deadLetter bool
 	store      dedup.Store
+	log        *slog.Logger // nil: testLogger
 }
 
 func newPstest(t *testing.T, opts ...pstest.ServerReactorOption) (*pstest.Server, []option.ClientOption) {
@@ -88,7 +89,11 @@ func newRig(t *testing.T, conn []option.ClientOption, o rigOpts) *rig {
 	}
 	sink := pubsubio.NewTopicSink(c, r.out, 5*time.Second)
 	t.Cleanup(sink.Stop)
-	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: testLogger(t), Now: o.dedup.Now}
+	log := o.log
+	if log == nil {
+		log = testLogger(t)
+	}
+	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: log, Now: o.dedup.Now}
 	if o.deadLetter {
 		dl := pubsubio.NewTopicSink(c, r.dl, 5*time.Second)
 		t.Cleanup(dl.Stop)

@@ -101,6 +101,8 @@ type Pipeline struct {
 	dlOut *backoff.Tracker
 	audit *audit.Filter // nil: no audit horizon
 
+	strikes backoff.Strikes // invalid messages nacked, without a dead-letter topic
+
 	auditTarget audit.Target // nil: the audit is not kept across restarts
 }
 

@@ -3,6 +3,7 @@ package backoff
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -42,5 +43,26 @@ func TestTracker(t *testing.T) {
 	tr.OK()
 	if !tr.Ready() {
 		t.Fatal("not ready after a success")
+	}
+}
+
+func TestStrikes(t *testing.T) {
+	var s Strikes
+	for want := 1; want <= 3; want++ {
+		if got := s.Add("a"); got != want {
+			t.Fatalf("delivery %d of a counted as %d", want, got)
+		}
+	}
+	if got := s.Add("b"); got != 1 {
+		t.Fatalf("first delivery of b counted as %d", got)
+	}
+	var logged []int
+	for n := 1; n <= 1000; n++ {
+		if Report(n) {
+			logged = append(logged, n)
+		}
+	}
+	if fmt.Sprint(logged) != "[1 10 100 1000]" {
+		t.Fatalf("reported at %v, want the first and every tenfold", logged)
 	}
 }

@@ -1,0 +1,36 @@
+package backoff
+
+import "sync"
+
+// Strikes counts how often each message came back unprocessable, so that
+// one that cannot be moved aside is held back longer at each delivery and
+// reported once (and at every tenfold) instead of at every delivery: a
+// nacked message is redelivered at once, for as long as it stays on the
+// subscription. It forgets everything when it holds maxStruck IDs;
+// counting starts over, which only costs one more log line per message.
+type Strikes struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+const maxStruck = 100_000
+
+// Add records one more delivery of id and returns how many it has had.
+func (s *Strikes) Add(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == nil || len(s.n) >= maxStruck {
+		s.n = make(map[string]int)
+	}
+	s.n[id]++
+	return s.n[id]
+}
+
+// Report says whether the n-th strike deserves a log line: the first, the
+// 10th, the 100th...
+func Report(n int) bool {
+	for n >= 10 && n%10 == 0 {
+		n /= 10
+	}
+	return n == 1
+}
