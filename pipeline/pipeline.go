@@ -197,10 +197,17 @@ func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
 		}
 		// With exactly-once delivery the server confirms the ack; a
 		// failed one means the message comes back, and is then caught as
-		// a redelivery. Without it the result is ready at once.
+		// a redelivery. Without it the result is ready at once, and the
+		// timer for the wait is not worth making.
+		r := m.AckWithResult()
+		select {
+		case <-r.Ready():
+			return
+		default:
+		}
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.WriteTimeout)
 		defer cancel()
-		if _, err := m.AckWithResult().Get(actx); err != nil {
+		if _, err := r.Get(actx); err != nil {
 			p.log.Debug("ack not confirmed; the message will come back as a redelivery", "message_id", m.ID, "err", err)
 		}
 	})
