@@ -43,6 +43,14 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return err
 }
 
+// given reports which flags were set, on the command line or from the
+// environment.
+func given(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
 type logFlags struct{ format, level string }
 
 func (l *logFlags) register(fs *flag.FlagSet) {

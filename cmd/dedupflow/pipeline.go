@@ -18,6 +18,7 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/dedupflow/dedupflow/sink/postgres"
 )
 
 // job is a configured pipeline, shared by `pipeline` and `up`.
@@ -47,6 +48,7 @@ type job struct {
 	auditHorizon   time.Duration
 	auditFP        float64
 	auditCapacity  uint
+	given          map[string]bool // flags set on the command line or from the environment
 }
 
 func (j *job) register(fs *flag.FlagSet) {
@@ -96,12 +98,7 @@ func (j *job) names() (in, out, dl pubsubio.Name, fromTopic bool, err error) {
 	if err != nil {
 		return
 	}
-	if j.outTopic == "" && (j.sink == "pubsub" || j.sink == "") {
-		err = errors.New("missing output: give --output-topic (or another --sink)")
-		return
-	}
-	if j.outTopic != "" && j.sink != "pubsub" && j.sink != "" {
-		err = fmt.Errorf("--output-topic is only for --sink pubsub, not --sink %s", sinkLabel(j.sink))
+	if err = j.checkSink(); err != nil {
 		return
 	}
 	if j.outTopic != "" {
@@ -145,6 +142,9 @@ func (j *job) config() (pipeline.Config, dedup.Options, error) {
 	if j.horizon < dedup.MinHorizon {
 		return pipeline.Config{}, dedup.Options{}, fmt.Errorf("--horizon %v is below the minimum of %v", j.horizon, dedup.MinHorizon)
 	}
+	if err := j.checkState(); err != nil {
+		return pipeline.Config{}, dedup.Options{}, err
+	}
 	ev, err := j.eventConfig(&opt)
 	if err != nil {
 		return pipeline.Config{}, dedup.Options{}, err
@@ -180,6 +180,9 @@ func (j *job) eventConfig(opt *dedup.Options) (pipeline.Config, error) {
 	if j.auditHorizon == 0 {
 		return cfg, nil
 	}
+	if err := j.checkAuditSize(); err != nil {
+		return cfg, err
+	}
 	if j.auditHorizon <= j.horizon {
 		return cfg, fmt.Errorf("--audit-horizon %v must be longer than --horizon %v", j.auditHorizon, j.horizon)
 	}
@@ -213,6 +216,21 @@ func (j *job) auditTarget(ctx context.Context, cfg pipeline.Config, deps *pipeli
 	}, nil
 }
 
+// outputLabel says where survivors go, for the start log line: the topic,
+// stdout or the table.
+func (j *job) outputLabel(out pubsubio.Name) string {
+	switch kind, _ := sinkKind(j.sink); kind {
+	case sinkPubSub:
+		return out.String()
+	case sinkPostgres:
+		if j.table == "" {
+			return "table " + postgres.DefaultTable
+		}
+		return "table " + j.table
+	}
+	return "stdout"
+}
+
 // project picks the client's project: the flag, or the input's.
 func (j *job) clientProject(in pubsubio.Name) string {
 	if j.project != "" {
@@ -230,10 +248,13 @@ func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	j.given = given(fs)
 	log, err := lf.logger(stderr)
 	if err != nil {
 		return err
 	}
+	// Every flag is checked before the client connects: a mistake should
+	// not first show up as a Pub/Sub credentials error.
 	in, _, _, _, err := j.names()
 	if err != nil {
 		return err
@@ -261,12 +282,8 @@ func (j *job) run(ctx context.Context, c *pubsub.Client, log *slog.Logger, start
 	if err != nil {
 		return err
 	}
-	for _, t := range []pubsubio.Name{out, dlName} {
-		if t.ID != "" {
-			if err := pubsubio.CheckTopic(ctx, c, t); err != nil {
-				return err
-			}
-		}
+	if err := checkResources(ctx, c, in, out, dlName, fromTopic); err != nil {
+		return err
 	}
 	st, closeStore, err := openState(ctx, j.state, j.horizon, j.timeDomain == "event", log)
 	if err != nil {
@@ -330,7 +347,7 @@ func (j *job) run(ctx context.Context, c *pubsub.Client, log *slog.Logger, start
 	sub := c.Subscriber(subName.String())
 	sub.ReceiveSettings.MaxOutstandingMessages = j.maxOutstanding
 	sub.ReceiveSettings.NumGoroutines = 2
-	log.Info("pipeline running", "input", subName.String(), "sink", sinkLabel(j.sink), "output", out.String(),
+	log.Info("pipeline running", "input", subName.String(), "sink", sinkLabel(j.sink), "output", j.outputLabel(out),
 		"id_attribute", cfg.Rule.IDAttribute, "horizon", opt.Horizon.String(), "state", j.state, "shadow", cfg.Shadow)
 	if started != nil {
 		started(p)

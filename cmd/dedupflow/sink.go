@@ -30,20 +30,44 @@ type sinkSpec struct {
 	log        *slog.Logger
 }
 
+// The kinds of sink --sink names.
+const (
+	sinkPubSub   = "pubsub"
+	sinkStdout   = "stdout"
+	sinkPostgres = "postgres"
+)
+
+// sinkKind tells which sink --sink names.
+func sinkKind(spec string) (string, error) {
+	switch {
+	case spec == "pubsub" || spec == "":
+		return sinkPubSub, nil
+	case spec == "stdout":
+		return sinkStdout, nil
+	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
+		return sinkPostgres, nil
+	}
+	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout or a postgres:// URL", sinkLabel(spec))
+}
+
 // openSink opens the sink named by --sink. The returned func stops it,
 // after the pipeline has finished its writes.
 func openSink(ctx context.Context, s sinkSpec) (pipeline.Sink, func(), error) {
-	switch {
-	case s.spec == "pubsub" || s.spec == "":
+	kind, err := sinkKind(s.spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch kind {
+	case sinkPubSub:
 		ts := pubsubio.NewTopicSink(s.client, s.topic, s.timeout)
 		return ts, ts.Stop, nil
-	case s.spec == "stdout":
+	case sinkStdout:
 		w := s.stdout
 		if w == nil {
 			w = os.Stdout
 		}
 		return stdout.New(w), func() {}, nil
-	case strings.HasPrefix(s.spec, "postgres://") || strings.HasPrefix(s.spec, "postgresql://"):
+	default:
 		oc, err := postgres.ParseOnConflict(s.onConflict)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--on-conflict: %w", err)
@@ -61,7 +85,6 @@ func openSink(ctx context.Context, s sinkSpec) (pipeline.Sink, func(), error) {
 		}
 		return ps, ps.Close, nil
 	}
-	return nil, nil, fmt.Errorf("unknown --sink %q: want pubsub, stdout or a postgres:// URL", sinkLabel(s.spec))
 }
 
 // sinkLabel is --sink as logs may show it: a database URL without its

@@ -23,7 +23,6 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
-	"github.com/dedupflow/dedupflow/store"
 )
 
 // The tutorial's resource names.
@@ -92,13 +91,6 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if _, _, err := u.job.config(); err != nil {
 		return err
-	}
-	maxHorizon, err := store.MaxHorizon(u.job.state)
-	if err != nil {
-		return err
-	}
-	if u.job.horizon > maxHorizon {
-		return fmt.Errorf("--horizon %v is longer than the memory store holds (%v)", u.job.horizon, maxHorizon)
 	}
 	return u.run(ctx, log, stdout)
 }

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/pubsubio"
+)
+
+// TestPipelineFlagsBeforeConnecting: a bad or misplaced flag is refused
+// with its own message before the client connects. Without credentials
+// (and no emulator) connecting fails, so a check made only after it would
+// show the user a credentials error instead.
+func TestPipelineFlagsBeforeConnecting(t *testing.T) {
+	t.Setenv("PUBSUB_EMULATOR_HOST", "")
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "none.json"))
+	base := []string{"pipeline", "--project", "proj", "--input-subscription", "sub", "--metrics-addr", ""}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		// Flags of one sink given with another.
+		{[]string{"--output-topic", "out", "--on-conflict", "update"}, "--on-conflict applies to --sink postgres only, not --sink pubsub"},
+		{[]string{"--sink", "stdout", "--on-conflict", "nothing"}, "--on-conflict applies to --sink postgres only"},
+		{[]string{"--sink", "stdout", "--table", "orders"}, "--table applies to --sink postgres only, not --sink stdout"},
+		{[]string{"--output-topic", "out", "--table", "orders"}, "--table applies to --sink postgres only, not --sink pubsub"},
+		{[]string{"--sink", "stdout", "--output-topic", "out"}, "--output-topic applies to --sink pubsub only, not --sink stdout"},
+		{[]string{"--sink", "postgres://u:secret@db/x", "--output-topic", "out"}, "not --sink postgres://u:xxxxx@db/x"},
+		{[]string{"--sink", "postgres://u@db/x", "--on-conflict", "replace"}, "want nothing or update"},
+		{[]string{"--sink", "kafka"}, `unknown --sink "kafka"`},
+		{nil, "missing output: give --output-topic"},
+		// The audit's sizes: zero is not the default.
+		{[]string{"--sink", "stdout", "--audit-horizon", "7d", "--audit-fp", "0"}, "--audit-fp 0 is out of range: want a rate between 0 and 0.5"},
+		{[]string{"--sink", "stdout", "--audit-horizon", "7d", "--audit-fp", "0.5"}, "--audit-fp 0.5 is out of range"},
+		{[]string{"--sink", "stdout", "--audit-horizon", "7d", "--audit-fp", "-0.1"}, "between 0 and 0.5"},
+		{[]string{"--sink", "stdout", "--audit-horizon", "7d", "--audit-capacity", "0"}, "--audit-capacity 0 is out of range: want at least 8"},
+		// The store and its horizon.
+		{[]string{"--sink", "stdout", "--state", "bogus"}, `--state: unknown state "bogus": want mem, file:PATH or redis://`},
+		{[]string{"--sink", "stdout", "--state", "file:"}, "empty path"},
+		{[]string{"--sink", "stdout", "--horizon", "2200h"}, "--horizon 2200h0m0s is longer than the memory store holds"},
+		{[]string{"--sink", "stdout", "--state", "file:" + filepath.Join(t.TempDir(), "s"), "--horizon", "9000h"}, "longer than the disk store holds"},
+		{[]string{"--sink", "stdout", "--state", "redis://127.0.0.1:1/0", "--horizon", "9000h"}, "longer than the Redis store holds"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var stdout, stderr syncBuffer
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := run(ctx, append(append([]string{}, base...), tc.args...), &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+	// The premise: flags that pass get as far as connecting, and fail there.
+	var stdout, stderr syncBuffer
+	err := run(context.Background(), append(base, "--sink", "stdout"), &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "connect to pubsub") {
+		t.Fatalf("good flags without credentials: %v, want a connection error", err)
+	}
+}
+
+// testBroker starts the embedded broker, points the client library at it
+// and returns a client for project "test".
+func testBroker(t *testing.T) *pubsub.Client {
+	t.Helper()
+	b, err := broker.New(broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := b.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
+	c, err := pubsub.NewClient(context.Background(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestPipelineStart: an input that does not exist is refused before the
+// pipeline says it runs, and the start line names the output each sink
+// writes to.
+func TestPipelineStart(t *testing.T) {
+	c := testBroker(t)
+	ctx := context.Background()
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: "projects/test/topics/input"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{
+		Name: "projects/test/subscriptions/input-sub", Topic: "projects/test/topics/input",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"pipeline", "--project", "test", "--metrics-addr", "", "--sink", "stdout"}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--input-subscription", "nosuch"}, "subscription projects/test/subscriptions/nosuch does not exist"},
+		{[]string{"--input-topic", "nosuch"}, "topic projects/test/topics/nosuch does not exist"},
+	} {
+		var stdout, stderr syncBuffer
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err := run(ctx, append(append([]string{}, base...), tc.args...), &stdout, &stderr)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one saying %q", tc.args, err, tc.want)
+		}
+		if strings.Contains(stderr.String(), "pipeline running") {
+			t.Errorf("%v: logged \"pipeline running\" before failing:\n%s", tc.args, &stderr)
+		}
+	}
+
+	var stdout, stderr syncBuffer
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(rctx, append(base, "--input-subscription", "input-sub"), &stdout, &stderr) }()
+	exited := make(chan struct{})
+	line := waitFor(t, "start line", &stderr, &stdout, regexp.MustCompile(`(?m)^(.*msg="pipeline running".*)$`), exited)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("pipeline after cancel: %v\n%s", err, &stderr)
+	}
+	if !strings.Contains(line, " output=stdout ") || strings.Contains(line, "projects///") {
+		t.Errorf("start line %q: want output=stdout", line)
+	}
+}
+
+// The start line's output for each sink.
+func TestOutputLabel(t *testing.T) {
+	topic := pubsubio.Name{Project: "p", Kind: "topics", ID: "out"}
+	for _, tc := range []struct {
+		j    job
+		out  pubsubio.Name
+		want string
+	}{
+		{job{sink: "pubsub"}, topic, "projects/p/topics/out"},
+		{job{}, topic, "projects/p/topics/out"},
+		{job{sink: "stdout"}, pubsubio.Name{}, "stdout"},
+		{job{sink: "postgres://u:pw@db/x", table: "orders"}, pubsubio.Name{}, "table orders"},
+		{job{sink: "postgresql://db/x"}, pubsubio.Name{}, "table events"},
+	} {
+		if got := tc.j.outputLabel(tc.out); got != tc.want {
+			t.Errorf("sink %q table %q: output %q, want %q", tc.j.sink, tc.j.table, got, tc.want)
+		}
+	}
+}
