@@ -38,7 +38,9 @@
 // the fsync and the wait for the WAL write: a crash may lose the last
 // moments of commits.
 //
-// Pending claims live only in memory. A lease only matters while its holder
+// Pending claims live only in memory, in the index's table: a claim is
+// the slot its commit then overwrites (as in store/mem), so claim and
+// commit touch one table and no Go map. A lease only matters while its holder
 // is alive, and the holder is this process (the directory is locked, so no
 // other process shares it): after a restart no one holds any lease, so a
 // forgotten claim is exactly right, and keeping them durable would cost an
@@ -63,23 +65,39 @@
 // keys and excision instead of deletes, compactions are mostly moves) and
 // a directory instead of one file.
 //
-// Even so the store reaches only 0.13-0.3x the memory store's ops/s on
-// that loaded machine (median 0.20 at load 7), not the 0.5x aimed at. Two costs remain, both measured
-// with pprof: CPU, 2.9 µs per claim+commit against the memory store's
-// 0.86 µs (the waiting caller's park and wake-up, the group's write and
-// fdatasync syscalls, the index insert at commit, the pending map), which
-// bounds the ratio near 0.3 when the process gets well under two cores;
-// and the batch's commit takes 1.2-2.1 ms where its fdatasync takes 0.4:
-// the goroutine that returns from the sync waits for a P behind the
-// hundreds of callers the previous sync woke, so CPU and I/O take turns
-// instead of overlapping.
+// Even so the store reaches only about a third of the memory store's
+// ops/s, not the 0.5x aimed at. Measured on that 2-core machine while CI
+// jobs kept its load at 8-10 (go test -run '^$' -bench ClaimCommit
+// -benchtime 2000000x, mem and disk in one run, medians of 4 interleaved
+// runs): disk/mem 0.34 (190k vs 528k ops/s), against 0.24 (152k vs 645k)
+// before the changes below; earlier, at load 7, 0.20 (216k vs 1.07M).
+// What was cut: pending claims moved from a Go map per shard into the
+// index, group slices are reused, the writer reads the sweep clock without
+// taking 256 shard locks (0.2 ms a batch, on the way to the next one), and
+// memtables are 4 MiB (see openWriter: CPU per op 0.3-0.7 µs lower, and
+// fdatasync p50 1.0 vs 1.25 ms). What remains, both measured: CPU, 2.5-3.6
+// µs per claim+commit (process CPU over 2M ops; 3.5-3.9 before) against
+// the memory store's 0.9: a parked caller's wake-up, a second cache miss when the commit finds
+// the claim's slot again milliseconds later, the write and fdatasync
+// syscalls and Pebble's copy into its memtable; and I/O, fdatasync p50
+// 0.6-1.3 ms, p90 1.8-3.5 ms on that shared disk, where a batch of ~500
+// commits takes 1.6-3.3 ms. Beyond the fsync a cycle spends ~0.25 ms
+// readying the durable batch's callers and the rest mostly in Pebble's WAL
+// goroutine waiting for a P after fdatasync returns, behind the hundreds
+// of callers the previous sync woke: CPU and I/O still take turns. Tried
+// and dropped, no better (worse, if anything) in interleaved runs:
+// applying the next batch with ApplyNoSyncWait before waking the durable
+// one's callers (batches got smaller: ~455 keys, not ~520), and waking
+// callers in two chains through a sync.Cond instead of a closed channel.
 //
 // # Memory, expiry and reopen
 //
-// The index costs about 40 bytes per live key (32-byte entries in an
-// open-addressing table kept 72-90% full), the database about 28. Expired
-// keys are removed from the index by the ordered sweep, which follows each
-// write (no extra fsync) and runs every SweepEvery when the store is idle.
+// The index costs about 40 bytes per live key or pending claim (32-byte
+// entries in an open-addressing table kept 72-90% full), the database
+// about 28 per key. Expired keys are removed from the index by the ordered
+// sweep, which follows each write (no extra fsync) and runs every
+// SweepEvery when the store is idle; that tick also walks a stretch of
+// each table for lapsed claims.
 // "Now" for the sweep is the latest Claim.Now seen, so expiry follows the
 // injected clock, never the wall clock. Reopening 10M live keys took
 // 2.2-2.9 s (2.2-2.6 CPU-seconds) at load 4-7, most of it building the index
@@ -136,7 +154,11 @@ type Store struct {
 type shard struct {
 	mu  sync.Mutex
 	idx index // committed keys and pending claims
-	now int64 // latest Claim.Now seen (Unix ns): the sweep's clock
+	// now is the latest Claim.Now seen (Unix ns), the sweep's clock.
+	// Written under mu, read without it: the writer reads every shard's
+	// for each batch, and taking 256 locks that callers hold took it
+	// ~0.2 ms a batch, with the next batch waiting.
+	now atomic.Int64
 	// walk is where the next dropExpired of idx starts.
 	walk int
 	_    [32]byte
@@ -179,8 +201,8 @@ func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
 	sh := s.shard(c.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if now > sh.now {
-		sh.now = now
+	if now > sh.now.Load() {
+		sh.now.Store(now)
 	}
 	tag := dedup.MsgTag(c.MsgID)
 	claim := entry{hi: c.Key.Hi(), lo: c.Key.Lo(), exp: c.LeaseUntil.UnixNano(), tag: tag, claim: true}
@@ -261,10 +283,7 @@ func (s *Store) Len() int {
 func (s *Store) now() int64 {
 	var n int64
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n = max(n, sh.now)
-		sh.mu.Unlock()
+		n = max(n, s.shards[i].now.Load())
 	}
 	return n
 }
