@@ -33,10 +33,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		// -h asked for the usage and got it: not a failure.
+		os.Exit(0)
+	}
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "dedupflow:", err)
-		}
+		fmt.Fprintln(os.Stderr, "dedupflow:", err)
 		os.Exit(2)
 	}
 }

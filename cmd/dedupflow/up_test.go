@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -153,18 +152,7 @@ func TestUpBadFlags(t *testing.T) {
 // `dedupflow publish` as the producer, `dedupflow subscribe` as the
 // consumer app, then Ctrl-C.
 func TestUpBinary(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "dedupflow")
-	// Built as this test binary was, so the packages it compiled are
-	// reused and only dedupflow's own package and the link are new.
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, ".")...)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	env := slices.DeleteFunc(os.Environ(), func(s string) bool { return strings.HasPrefix(s, "PUBSUB_EMULATOR_HOST=") })
 
 	up := exec.Command(bin, "up", "--broker-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
