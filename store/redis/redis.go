@@ -49,6 +49,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -209,11 +210,30 @@ func New(rdb goredis.UniversalClient, opt Options) *Store {
 
 func (s *Store) key(k dedup.Key) string {
 	var b [64]byte
-	n := copy(b[:], s.prefix)
-	if n < len(s.prefix) {
-		return s.prefix + hex.EncodeToString(k[:])
+	return string(s.appendKey(b[:0], k))
+}
+
+func (s *Store) appendKey(b []byte, k dedup.Key) []byte {
+	return hex.AppendEncode(append(b, s.prefix...), k[:])
+}
+
+// keyVal sets o.key and o.val as two halves of one string, one allocation
+// instead of three or four. The value is kind, o.at, ':' and then msgID,
+// or the message tag when tag is not 0.
+func (s *Store) keyVal(o *op, k dedup.Key, kind byte, msgID string, tag uint32) {
+	var a [128]byte // enough unless the prefix or the message ID is long
+	b := s.appendKey(a[:0], k)
+	n := len(b)
+	b = append(b, kind)
+	b = strconv.AppendInt(b, o.at, 10)
+	b = append(b, ':')
+	if tag != 0 {
+		b = strconv.AppendUint(b, uint64(tag), 10)
+	} else {
+		b = append(b, msgID...)
 	}
-	return string(hex.AppendEncode(b[:n], k[:]))
+	kv := string(b)
+	o.key, o.val = kv[:n], kv[n:]
 }
 
 // ms rounds up to a millisecond so a lease or horizon never ends early.
@@ -235,14 +255,14 @@ func (s *Store) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error)
 	for hw := s.hw.Load(); now > hw && !s.hw.CompareAndSwap(hw, now); hw = s.hw.Load() {
 	}
 	until := ms(c.LeaseUntil)
-	o := &op{
-		kind: opClaim, key: s.key(c.Key), msgID: c.MsgID, tag: dedup.MsgTag(c.MsgID),
-		now: now, at: until, ttl: max(until-now, 1),
-	}
-	if err := s.b.do(ctx, o); err != nil {
+	o := s.b.get()
+	o.kind, o.msgID, o.now, o.at, o.ttl = opClaim, c.MsgID, now, until, max(until-now, 1)
+	s.keyVal(o, c.Key, 'p', c.MsgID, 0)
+	v, err := s.b.do(ctx, o)
+	if err != nil {
 		return dedup.Verdict{}, fmt.Errorf("claim key %s: %w", c.Key, err)
 	}
-	return o.verdict, nil
+	return v, nil
 }
 
 // Commit implements dedup.Store.
@@ -254,8 +274,10 @@ func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires t
 		// TTL from the wall clock; it only decides when Redis frees memory.
 		now = time.Now().UnixMilli()
 	}
-	o := &op{kind: opCommit, key: s.key(k), tag: dedup.MsgTag(msgID), at: exp, ttl: max(exp-now, 1) + s.slack}
-	if err := s.b.do(ctx, o); err != nil {
+	o := s.b.get()
+	o.kind, o.at, o.ttl = opCommit, exp, max(exp-now, 1)+s.slack
+	s.keyVal(o, k, 'd', "", dedup.MsgTag(msgID))
+	if _, err := s.b.do(ctx, o); err != nil {
 		return fmt.Errorf("commit key %s: %w", k, err)
 	}
 	return nil
@@ -263,8 +285,9 @@ func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires t
 
 // Release implements dedup.Store.
 func (s *Store) Release(ctx context.Context, k dedup.Key, msgID string) error {
-	o := &op{kind: opRelease, key: s.key(k), msgID: msgID}
-	if err := s.b.do(ctx, o); err != nil {
+	o := s.b.get()
+	o.kind, o.key, o.msgID = opRelease, s.key(k), msgID
+	if _, err := s.b.do(ctx, o); err != nil {
 		return fmt.Errorf("release key %s: %w", k, err)
 	}
 	return nil
