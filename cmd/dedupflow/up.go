@@ -96,6 +96,18 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) (err error) {
+	// The console's port first: when it is taken, up fails before the
+	// broker serves, so there is no server to stop and nothing to log
+	// beside the error (a broker stopped before its server got going
+	// logged "grpc server stopped" as an error).
+	ln, err := net.Listen("tcp", u.consoleAddr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("--console-addr %s: %w (is another dedupflow up running? pick another with --console-addr)", u.consoleAddr, err)
+		}
+		return fmt.Errorf("--console-addr %s: %w", u.consoleAddr, err)
+	}
+	defer ln.Close() // for the early returns; Serve closes it otherwise
 	b, err := broker.New(broker.Options{Logger: log.With("component", "broker")})
 	if err != nil {
 		return err
@@ -112,14 +124,6 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 	if err != nil {
 		return fmt.Errorf("--broker-addr: %w", err)
 	}
-	ln, err := net.Listen("tcp", u.consoleAddr)
-	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return fmt.Errorf("--console-addr %s: %w (is another dedupflow up running? pick another with --console-addr)", u.consoleAddr, err)
-		}
-		return fmt.Errorf("--console-addr %s: %w", u.consoleAddr, err)
-	}
-	defer ln.Close() // for the early returns; Serve closes it otherwise
 	// Neither the broker nor the console asks who is calling: say so when
 	// they are reachable from beyond this machine.
 	for what, a := range map[string]net.Addr{"broker": tcpAddr(brokerAddr), "console": ln.Addr()} {

@@ -96,8 +96,8 @@ func startUp(t *testing.T, args ...string) *upInProcess {
 	return u
 }
 
-// TestUpPortInUse: a taken port is a clear error naming the flag, and up
-// leaves nothing running.
+// TestUpPortInUse: a taken port is a clear error naming the flag, the only
+// error up reports, and up leaves nothing running.
 func TestUpPortInUse(t *testing.T) {
 	t.Setenv("PUBSUB_EMULATOR_HOST", "")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -118,6 +118,11 @@ func TestUpPortInUse(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), flag) || !strings.Contains(err.Error(), "address already in use") {
 				t.Errorf("error %q: want it to name %s and say the address is in use", err, flag)
+			}
+			// The error says it all: stopping what had started is no
+			// error of its own.
+			if strings.Contains(stderr.String(), "level=ERROR") {
+				t.Errorf("an error logged beside the returned one:\n%s", &stderr)
 			}
 		})
 	}
