@@ -59,7 +59,7 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Float64Var(&cfg.redeliverRatio, "redeliver-ratio", 0.05, "share of events marked "+attrRedeliver+"=1 for a test consumer to redeliver")
 	fs.Float64Var(&cfg.missingRatio, "missing-id-ratio", 0, "share of events published without the key attribute")
 	fs.IntVar(&payloadSize, "payload-size", 100, "bytes of data per message")
-	fs.StringVar(&keyAttr, "key-attribute", publisher.DefaultKeyAttribute, "attribute holding each event's key (the pipeline's --id-attribute)")
+	fs.StringVar(&keyAttr, "key-attribute", publisher.DefaultKeyAttribute, "attribute holding each event's key: the pipeline's --id-attribute (dedupflow up reads \"key\")")
 	fs.StringVar(&tsAttr, "timestamp-attribute", "", "attribute to stamp the event time into, in ms since the epoch (empty: none)")
 	fs.Uint64Var(&cfg.seed, "seed", 0, "seed of the plan: which events are republished, keyless, marked (0: random, printed)")
 	fs.IntVar(&maxInFlight, "max-in-flight", 1000, "messages published and not yet acknowledged, at most")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -201,7 +202,7 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 			pmu.Lock()
 			p = pp
 			pmu.Unlock()
-			banner.Do(func() { printBanner(stdout, consoleURL, brokerAddr, u.job.project) })
+			banner.Do(func() { printBanner(stdout, consoleURL, brokerAddr, u.job.project, u.job.idAttr) })
 		})
 		if e == nil && ctx.Err() == nil {
 			e = errors.New("pipeline stopped unexpectedly")
@@ -256,7 +257,10 @@ func (u *upConfig) createResources(ctx context.Context, c *pubsub.Client) (upNam
 	return n, nil
 }
 
-func printBanner(w io.Writer, consoleURL, brokerAddr, project string) {
+// printBanner says where everything is. Its publish command names the
+// key attribute: dedupflow publish stamps event_id unless told, and up
+// dedups on the tutorial's "key".
+func printBanner(w io.Writer, consoleURL, brokerAddr, project, idAttr string) {
 	fmt.Fprintf(w, `dedupflow is up: %s -> dedup pipeline -> %s
 
   Console:  %s
@@ -265,11 +269,27 @@ func printBanner(w io.Writer, consoleURL, brokerAddr, project string) {
     export PUBSUB_EMULATOR_HOST=%s
     (Spring: spring.cloud.gcp.pubsub.emulator-host=%s)
 
+  Publish one event three times, as a producer retrying after lost
+  responses (the pipeline dedups on attribute %s):
+    dedupflow publish --project %s --topic %s --key-attribute %s --key 456 --copies 3 --data 'Message 2'
+
   Read what comes through, as the tutorial's app does:
     dedupflow subscribe --project %s --subscription %s
 
 Press Ctrl-C to stop.
-`, upInputTopic, upOutputTopic, consoleURL, brokerAddr, project, brokerAddr, brokerAddr, project, upConsumerSub)
+`, upInputTopic, upOutputTopic, consoleURL, brokerAddr, project, brokerAddr, brokerAddr,
+		idAttr, project, upInputTopic, shellWord(idAttr),
+		project, upConsumerSub)
+}
+
+// shellWord quotes s for a POSIX shell unless it is a plain word.
+func shellWord(s string) string {
+	if s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.:/=@%+,", r))
+	}) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // dialable turns a listening address into one a local client can dial:

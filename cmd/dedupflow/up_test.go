@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -202,11 +203,19 @@ func TestUpBinary(t *testing.T) {
 		dedupflow("publish", "--project", "dedupflow-demo", "--topic", "topicToDataflow",
 			"--data", data, "--key", key, "--key-attribute", "key")
 	}
-	// The seed tutorial: Message 2, 3 and 4 share key 456.
+	// The seed tutorial: Message 2, 3 and 4 share key 456. They are
+	// published by the command the banner prints, pasted into a shell as a
+	// user would: it must stamp the key where up looks for it.
 	publish("Message 1", "123")
-	publish("Message 2", "456")
-	publish("Message 3", "456")
-	publish("Message 4", "456")
+	m := regexp.MustCompile(`(?m)^\s+(dedupflow publish .*)$`).FindStringSubmatch(stdout.String())
+	if m == nil {
+		t.Fatalf("no publish command in the banner:\n%s", &stdout)
+	}
+	sh := exec.CommandContext(ctx, "sh", "-c", m[1])
+	sh.Env = append(env, "PUBSUB_EMULATOR_HOST="+addr, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
+	if out, err := sh.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", m[1], err, out)
+	}
 
 	subscribe := func(args ...string) string {
 		t.Helper()
