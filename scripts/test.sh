@@ -23,9 +23,17 @@ log() { printf '== %s\n' "$*" >&2; }
 
 # --- install what is missing -------------------------------------------------
 emulator=/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator
+# pgserver prints the bin folder of the highest PostgreSQL server version
+# installed (Debian's layout: /usr/lib/postgresql/VERSION/bin), or nothing.
+pgserver() {
+  local p
+  for p in /usr/lib/postgresql/*/bin/postgres; do
+    if [ -x "$p" ]; then printf '%s\n' "${p%/postgres}"; fi
+  done | sort -V | tail -n 1
+}
 need=()
 command -v redis-server >/dev/null || need+=(redis-server)
-[ -x /usr/lib/postgresql/15/bin/postgres ] || need+=(postgresql)
+[ -n "$(pgserver)" ] || need+=(postgresql) # whichever version the distribution ships
 command -v chromium >/dev/null || need+=(chromium)
 [ -x "$emulator" ] || need+=(google-cloud-cli-pubsub-emulator)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
@@ -60,7 +68,11 @@ export DEDUPFLOW_REDIS_SERVER="$(command -v redis-server)"
 log "redis on $rport"
 
 # --- PostgreSQL (initdb as the unprivileged postgres user) ---------------------
-pgbin=/usr/lib/postgresql/15/bin
+pgbin=$(pgserver)
+if [ -z "$pgbin" ]; then
+  echo "no PostgreSQL server in /usr/lib/postgresql/*/bin (install the postgresql package)" >&2
+  exit 1
+fi
 pgdata="$work/pg"
 pport=$(freeport)
 mkdir -p "$pgdata" && chown postgres "$pgdata"
