@@ -104,6 +104,8 @@ type Pipeline struct {
 	strikes backoff.Strikes // invalid messages nacked, without a dead-letter topic
 
 	auditTarget audit.Target // nil: the audit is not kept across restarts
+
+	writeBy *deadlines // bounds sink writes, commits and releases by WriteTimeout
 }
 
 // New validates cfg and returns a Pipeline.
@@ -129,7 +131,8 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	p := &Pipeline{cfg: cfg, dd: d.Deduper, sink: d.Sink, dl: d.DeadLetter, log: d.Logger, now: d.Now, m: newMetrics()}
+	p := &Pipeline{cfg: cfg, dd: d.Deduper, sink: d.Sink, dl: d.DeadLetter, log: d.Logger, now: d.Now, m: newMetrics(),
+		writeBy: newDeadlines(cfg.WriteTimeout)}
 	p.m.horizon = d.HorizonKeys
 	if p.dd.Domain() == dedup.EventTime {
 		p.m.watermark = p.dd.Watermark
@@ -195,21 +198,11 @@ func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
 			m.Nack()
 			return
 		}
-		// With exactly-once delivery the server confirms the ack; a
-		// failed one means the message comes back, and is then caught as
-		// a redelivery. Without it the result is ready at once, and the
-		// timer for the wait is not worth making.
-		r := m.AckWithResult()
-		select {
-		case <-r.Ready():
-			return
-		default:
-		}
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.WriteTimeout)
-		defer cancel()
-		if _, err := r.Get(actx); err != nil {
-			p.log.Debug("ack not confirmed; the message will come back as a redelivery", "message_id", m.ID, "err", err)
-		}
+		// Not AckWithResult: with exactly-once delivery an ack the server
+		// refuses means the message comes back, and it is then caught as
+		// a redelivery, so waiting for the result changes nothing (and
+		// the result cost a channel per message on every subscription).
+		m.Ack()
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("receive: %w", err)
@@ -358,19 +351,13 @@ func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *not
 	if err == nil {
 		// The write outlives a shutdown signal: finishing it (and acking)
 		// is better than leaving a key pending until its lease runs out.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.WriteTimeout)
 		start := p.now()
-		err = p.sink.Write(wctx, out)
-		cancel()
+		err = p.sink.Write(p.writeBy.ctx(), out)
 		p.m.sinkTime.Observe(since(start, p.now()))
 	}
-	bg := context.WithoutCancel(ctx)
 	if err != nil {
 		if t != nil {
-			rctx, cancel := context.WithTimeout(bg, p.cfg.WriteTimeout)
-			rerr := p.dd.Release(rctx, *t)
-			cancel()
-			if rerr != nil {
+			if rerr := p.dd.Release(p.writeBy.ctx(), *t); rerr != nil {
 				p.log.Warn("release after a failed write; the key stays claimed until its lease ends",
 					"key", m.Key, "message_id", m.ID, "err", rerr)
 			}
@@ -392,7 +379,7 @@ func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *not
 		}
 	}
 	if t != nil {
-		p.commit(bg, m, *t)
+		p.commit(context.WithoutCancel(ctx), m, *t)
 	}
 	p.m.latency.Observe(since(m.PublishTime, p.now()))
 	return Emitted
@@ -405,9 +392,7 @@ func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *not
 func (p *Pipeline) commit(bg context.Context, m *Message, t dedup.Ticket) {
 	deadline := p.now().Add(p.dd.Lease() / 2)
 	for n := 1; ; n++ {
-		ctx, cancel := context.WithTimeout(bg, p.cfg.WriteTimeout)
-		err := p.dd.Commit(ctx, t)
-		cancel()
+		err := p.dd.Commit(p.writeBy.ctx(), t)
 		if err == nil {
 			return
 		}
