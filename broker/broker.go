@@ -180,7 +180,9 @@ func (b *Broker) Serve(lis net.Listener) error {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		if err := s.Serve(lis); err != nil {
+		// ErrServerStopped: Close or Shutdown came before Serve began,
+		// which is a stop, not a failure.
+		if err := s.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			b.log.Error("grpc server stopped", "addr", lis.Addr().String(), "err", err)
 		}
 	}()
