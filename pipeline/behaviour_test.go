@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pipeline"
 )
 
@@ -196,7 +197,7 @@ func TestGarbledTimestamp(t *testing.T) {
 	})
 	t.Run("without a dead-letter topic it is nacked, not dropped", func(t *testing.T) {
 		srv, conn := newPstest(t)
-		var logs syncBuffer
+		var logs testenv.Buffer
 		r := newRig(t, conn, rigOpts{cfg: pipeline.Config{TimestampAttribute: "occurred_at"},
 			log: slog.New(slog.NewTextHandler(&logs, nil))})
 		r.start()
@@ -224,24 +225,6 @@ func TestGarbledTimestamp(t *testing.T) {
 			t.Fatalf("invalid message emitted: %+v", c)
 		}
 	})
-}
-
-// syncBuffer collects log output written from the pipeline's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Shadow mode decides and counts as usual but emits every message.

@@ -17,8 +17,6 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
-
-	"github.com/dedupflow/dedupflow/broker"
 )
 
 // crashEnv is one crash-test run: an in-process broker (it is not the one
@@ -44,21 +42,7 @@ func newCrashEnv(t *testing.T) *crashEnv {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	b, err := broker.New(broker.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := b.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
-	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
-	c, err := pubsub.NewClient(context.Background(), crashProject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	addr, c := startBroker(t, crashProject)
 	return &crashEnv{t: t, dir: dir, bin: bin, addr: addr, client: c, project: crashProject}
 }
 

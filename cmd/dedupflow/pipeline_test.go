@@ -12,6 +12,7 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
@@ -50,7 +51,7 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 		{[]string{"--sink", "stdout", "--state", "redis://127.0.0.1:1/0", "--horizon", "9000h"}, "longer than the Redis store holds"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			var stdout, stderr syncBuffer
+			var stdout, stderr testenv.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			err := run(ctx, append(append([]string{}, base...), tc.args...), &stdout, &stderr)
@@ -60,7 +61,7 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 		})
 	}
 	// The premise: flags that pass get as far as connecting, and fail there.
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.Buffer
 	err := run(context.Background(), append(base, "--sink", "stdout"), &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "connect to pubsub") {
 		t.Fatalf("good flags without credentials: %v, want a connection error", err)
@@ -70,6 +71,14 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 // testBroker starts the embedded broker, points the client library at it
 // and returns a client for project "test".
 func testBroker(t *testing.T) *pubsub.Client {
+	_, c := startBroker(t, "test")
+	return c
+}
+
+// startBroker starts the embedded broker, points the client library (of
+// this process and of the commands it starts) at it, and returns its
+// address and a client for project.
+func startBroker(t *testing.T, project string) (string, *pubsub.Client) {
 	t.Helper()
 	b, err := broker.New(broker.Options{})
 	if err != nil {
@@ -81,12 +90,12 @@ func testBroker(t *testing.T) *pubsub.Client {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
-	c, err := pubsub.NewClient(context.Background(), "test")
+	c, err := pubsub.NewClient(context.Background(), project)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return addr, c
 }
 
 // TestPipelineStart: an input that does not exist is refused before the
@@ -112,7 +121,7 @@ func TestPipelineStart(t *testing.T) {
 		{[]string{"--input-subscription", "nosuch"}, "subscription projects/test/subscriptions/nosuch does not exist"},
 		{[]string{"--input-topic", "nosuch"}, "topic projects/test/topics/nosuch does not exist"},
 	} {
-		var stdout, stderr syncBuffer
+		var stdout, stderr testenv.Buffer
 		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		err := run(ctx, append(append([]string{}, base...), tc.args...), &stdout, &stderr)
 		cancel()
@@ -124,7 +133,7 @@ func TestPipelineStart(t *testing.T) {
 		}
 	}
 
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.Buffer
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- run(rctx, append(base, "--input-subscription", "input-sub"), &stdout, &stderr) }()

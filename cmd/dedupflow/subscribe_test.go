@@ -10,6 +10,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
@@ -45,7 +46,7 @@ func TestSubscribe(t *testing.T) {
 	}
 	subscribe := func(args ...string) string {
 		t.Helper()
-		var stdout, stderr syncBuffer
+		var stdout, stderr testenv.Buffer
 		all := append([]string{"subscribe", "--project", "p", "--subscription", sub.ID}, args...)
 		if err := run(ctx, all, &stdout, &stderr); err != nil {
 			t.Fatalf("subscribe %v: %v\n%s", args, err, &stderr)
@@ -85,7 +86,7 @@ func TestSubscribeFlags(t *testing.T) {
 		{[]string{"--subscription", "projects/p/topics/t"}, "malformed"},
 		{[]string{"--subscription", "sub", "--project", "p", "--count", "-1"}, "--count"},
 	} {
-		var stdout, stderr syncBuffer
+		var stdout, stderr testenv.Buffer
 		err := run(context.Background(), append([]string{"subscribe"}, tc.args...), &stdout, &stderr)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("subscribe %v: %v, want an error mentioning %q", tc.args, err, tc.want)

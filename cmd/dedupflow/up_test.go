@@ -15,28 +15,11 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
-
-// syncBuffer is an io.Writer that tests read while a command writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var (
 	reConsoleURL = regexp.MustCompile(`Console:\s+(http://\S+)`)
@@ -66,14 +49,14 @@ func waitFor(t *testing.T, what string, out, errs fmt.Stringer, re *regexp.Regex
 // it at cleanup, failing the test unless it shuts down cleanly.
 type upInProcess struct {
 	consoleURL, brokerAddr string
-	stdout, stderr         *syncBuffer
+	stdout, stderr         *testenv.Buffer
 }
 
 func startUp(t *testing.T, args ...string) *upInProcess {
 	t.Helper()
 	t.Setenv("PUBSUB_EMULATOR_HOST", "") // the in-process broker, not an outside one
 	ctx, cancel := context.WithCancel(context.Background())
-	u := &upInProcess{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	u := &upInProcess{stdout: &testenv.Buffer{}, stderr: &testenv.Buffer{}}
 	done := make(chan error, 1)
 	exited := make(chan struct{})
 	all := append([]string{"up", "--broker-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0", "--metrics-addr", ""}, args...)
@@ -110,7 +93,7 @@ func TestUpPortInUse(t *testing.T) {
 	for _, flag := range []string{"--broker-addr", "--console-addr", "--metrics-addr"} {
 		t.Run(flag, func(t *testing.T) {
 			args := []string{"up", "--broker-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", flag, taken}
-			var stdout, stderr syncBuffer
+			var stdout, stderr testenv.Buffer
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			err := run(ctx, args, &stdout, &stderr)
@@ -142,7 +125,7 @@ func TestUpBadFlags(t *testing.T) {
 		{[]string{"--horizon", "100000h"}, "--horizon"},
 		{[]string{"extra"}, "unexpected argument"},
 	} {
-		var stdout, stderr syncBuffer
+		var stdout, stderr testenv.Buffer
 		args := append([]string{"up", "--broker-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, tc.args...)
 		// A case that is not refused runs until the timeout, then fails.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -163,7 +146,7 @@ func TestUpBinary(t *testing.T) {
 
 	up := exec.Command(bin, "up", "--broker-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
 	up.Env = env
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.Buffer
 	up.Stdout, up.Stderr = &stdout, &stderr
 	if err := up.Start(); err != nil {
 		t.Fatal(err)
