@@ -279,7 +279,7 @@ func TestSubmissionOutputBeforePublishReturns(t *testing.T) {
 	}
 
 	keyless := subs.begin(at, "")
-	found := make(chan *submission)
+	found := make(chan *submission, 1)
 	go func() { found <- subs.lookup(t.Context(), "m-7", at) }()
 	select {
 	case got := <-found:

@@ -193,12 +193,10 @@ func (d *Dedup) run(ctx context.Context, m *pubsub.Message, key string, t *dedup
 // reject deals with a message that has no usable key.
 func (d *Dedup) reject(ctx context.Context, m *pubsub.Message, reason error) Outcome {
 	if d.opt.OnReject == nil {
-		n := d.strikes.Add(m.ID)
-		if backoff.Report(n) {
+		d.strikes.Hold(ctx, m.ID, conflictHold, maxRejectHold, func(n int) {
 			d.log.Warn("message without a usable dedup key nacked; it comes back until it is removed (set OnReject, or a dead-letter policy on the subscription)",
 				"message_id", m.ID, "deliveries", n, "reason", reason)
-		}
-		_ = backoff.Sleep(ctx, backoff.Delay(n, conflictHold, maxRejectHold))
+		})
 		return Retried
 	}
 	if err := d.opt.OnReject(ctx, view(m), reason); err != nil {

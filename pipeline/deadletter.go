@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"time"
 	"unicode/utf8"
-
-	"github.com/dedupflow/dedupflow/internal/backoff"
 )
 
 // Limits of a Pub/Sub message that a dead letter must respect, or it would
@@ -19,7 +17,9 @@ const (
 // Without a dead-letter topic an invalid message is nacked, held back
 // longer at each delivery up to maxInvalidHold. The hold keeps it from
 // bouncing between nack and redelivery; the cap bounds how long it takes
-// a slot of --max-outstanding.
+// a slot of --max-outstanding. As many invalid messages as slots stall
+// the pipeline (before the hold, they spun it): at volume it needs a
+// dead-letter topic.
 const maxInvalidHold = 5 * time.Second
 
 // AttrEnvelope marks a dead letter whose data is a JSON envelope holding
@@ -33,20 +33,16 @@ func (p *Pipeline) deadLetter(ctx context.Context, m *Message, reason error) Out
 	if p.dl == nil {
 		// Held back longer and reported less at each delivery, or a
 		// handful of bad messages floods the log and spins the pipeline.
-		n := p.strikes.Add(m.ID)
-		if backoff.Report(n) {
+		p.strikes.Hold(ctx, m.ID, 100*time.Millisecond, maxInvalidHold, func(n int) {
 			p.log.Warn("invalid message nacked; it comes back until it is removed: set --dead-letter-topic to move such messages aside",
 				"message_id", m.ID, "deliveries", n, "reason", reason)
-		}
-		_ = backoff.Sleep(ctx, backoff.Delay(n, 100*time.Millisecond, maxInvalidHold))
+		})
 		return Retried
 	}
 	if err := p.dlOut.Wait(ctx); err != nil {
 		return Retried
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.WriteTimeout)
-	defer cancel()
-	if err := p.dl.Write(wctx, deadLetterOf(m, reason)); err != nil {
+	if err := p.dl.Write(p.writeBy.ctx(), deadLetterOf(m, reason)); err != nil {
 		if ctx.Err() == nil {
 			p.dlOut.Fail(err)
 		}

@@ -37,11 +37,7 @@ const crashProject = "crash-proof"
 func newCrashEnv(t *testing.T) *crashEnv {
 	t.Helper()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "dedupflow")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t, false)
 	addr, c := startBroker(t, crashProject)
 	return &crashEnv{t: t, dir: dir, bin: bin, addr: addr, client: c, project: crashProject}
 }

@@ -8,14 +8,15 @@ import (
 	"testing"
 )
 
-// buildBinary builds dedupflow as this test binary was built, so the
-// packages it compiled are reused and only dedupflow's own package and
-// the link are new.
-func buildBinary(t *testing.T) string {
+// buildBinary builds dedupflow, with -race when race is set: as this test
+// binary was built (raceEnabled), the packages it compiled are reused and
+// only dedupflow's own package and the link are new; a binary a test kills
+// is built without it.
+func buildBinary(t *testing.T, race bool) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "dedupflow")
 	args := []string{"build", "-o", bin}
-	if raceEnabled {
+	if race {
 		args = append(args, "-race")
 	}
 	build := exec.Command("go", append(args, ".")...)
@@ -28,7 +29,7 @@ func buildBinary(t *testing.T) string {
 // TestHelpExitsZero: -h and --help print the usage and exit 0, for the
 // binary and every command; a usage error still exits 2.
 func TestHelpExitsZero(t *testing.T) {
-	bin := buildBinary(t)
+	bin := buildBinary(t, raceEnabled)
 	exit := func(args ...string) (int, string) {
 		t.Helper()
 		cmd := exec.Command(bin, args...)

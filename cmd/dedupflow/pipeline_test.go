@@ -68,13 +68,6 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 	}
 }
 
-// testBroker starts the embedded broker, points the client library at it
-// and returns a client for project "test".
-func testBroker(t *testing.T) *pubsub.Client {
-	_, c := startBroker(t, "test")
-	return c
-}
-
 // startBroker starts the embedded broker, points the client library (of
 // this process and of the commands it starts) at it, and returns its
 // address and a client for project.
@@ -102,7 +95,7 @@ func startBroker(t *testing.T, project string) (string, *pubsub.Client) {
 // pipeline says it runs, and the start line names the output each sink
 // writes to.
 func TestPipelineStart(t *testing.T) {
-	c := testBroker(t)
+	_, c := startBroker(t, "test")
 	ctx := context.Background()
 	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: "projects/test/topics/input"}); err != nil {
 		t.Fatal(err)

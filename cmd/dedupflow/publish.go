@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -52,14 +51,13 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	set := given(fs)
 	switch {
 	case topicName == "":
 		return errors.New("missing --topic")
-	case given["data"] && given["file"]:
+	case set["data"] && set["file"]:
 		return errors.New("give --data or --file, not both")
-	case !given["data"] && !given["file"]:
+	case !set["data"] && !set["file"]:
 		return errors.New("missing message data: give --data TEXT or --file F (--data '' for attributes only)")
 	case copies < 1:
 		return fmt.Errorf("--copies %d must be at least 1", copies)
@@ -69,7 +67,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("--max-attempts %d must be at least 1", maxAttempts)
 	}
 	body := []byte(data)
-	if given["file"] {
+	if set["file"] {
 		if body, err = os.ReadFile(file); err != nil {
 			return fmt.Errorf("read --file: %w", err)
 		}

@@ -141,7 +141,7 @@ func TestUpBadFlags(t *testing.T) {
 // `dedupflow publish` as the producer, `dedupflow subscribe` as the
 // consumer app, then Ctrl-C.
 func TestUpBinary(t *testing.T) {
-	bin := buildBinary(t)
+	bin := buildBinary(t, raceEnabled)
 	env := slices.DeleteFunc(os.Environ(), func(s string) bool { return strings.HasPrefix(s, "PUBSUB_EMULATOR_HOST=") })
 
 	up := exec.Command(bin, "up", "--broker-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")

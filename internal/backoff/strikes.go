@@ -1,13 +1,17 @@
 package backoff
 
-import "sync"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
 // Strikes counts how often each message came back unprocessable, so that
 // one that cannot be moved aside is held back longer at each delivery and
 // reported once (and at every tenfold) instead of at every delivery: a
 // nacked message is redelivered at once, for as long as it stays on the
 // subscription. It forgets everything when it holds maxStruck IDs;
-// counting starts over, which only costs one more log line per message.
+// counting starts over, so a message is held briefly and reported again.
 type Strikes struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -24,6 +28,17 @@ func (s *Strikes) Add(id string) int {
 	}
 	s.n[id]++
 	return s.n[id]
+}
+
+// Hold counts one more delivery of id, calls report with the count when it
+// deserves a log line (see Report), and waits for the delivery's pause:
+// lo doubling up to hi, or until ctx is done.
+func (s *Strikes) Hold(ctx context.Context, id string, lo, hi time.Duration, report func(n int)) {
+	n := s.Add(id)
+	if Report(n) {
+		report(n)
+	}
+	_ = Sleep(ctx, Delay(n, lo, hi))
 }
 
 // Report says whether the n-th strike deserves a log line: the first, the

@@ -282,7 +282,7 @@ func (o *op) judge(v string) (script bool, err error) {
 	switch {
 	case v[0] == 'd' && o.now < at:
 		o.verdict = dedup.Verdict{Status: dedup.Duplicate, Kind: dedup.Republish}
-		if rest == o.tag() {
+		if t, err := strconv.ParseUint(rest, 10, 32); err == nil && uint32(t) == dedup.MsgTag(o.msgID) {
 			o.verdict.Kind = dedup.Redelivery
 		}
 		return false, nil
