@@ -65,37 +65,23 @@
 // keys and excision instead of deletes, compactions are mostly moves) and
 // a directory instead of one file.
 //
-// Even so the store reaches only about a third of the memory store's
-// ops/s, not the 0.5x aimed at. Measured on that 2-core machine while CI
-// jobs kept its load at 8-10 (go test -run '^$' -bench ClaimCommit
-// -benchtime 2000000x, mem and disk in one run, medians of 4 interleaved
-// runs): disk/mem 0.34 (190k vs 528k ops/s), against 0.24 (152k vs 645k)
-// before the changes below; earlier, at load 7, 0.20 (216k vs 1.07M).
-// What was cut: pending claims moved from a Go map per shard into the
-// index, group slices are reused, the writer reads the sweep clock without
-// taking 256 shard locks (0.2 ms a batch, on the way to the next one), and
-// memtables are 4 MiB (see openWriter: CPU per op 0.3-0.7 µs lower, and
-// fdatasync p50 1.0 vs 1.25 ms). What remains, both measured: CPU, 2.5-3.6
-// µs per claim+commit (process CPU over 2M ops; 3.5-3.9 before) against
-// the memory store's 0.9: a parked caller's wake-up, a second cache miss when the commit finds
-// the claim's slot again milliseconds later, the write and fdatasync
-// syscalls and Pebble's copy into its memtable; and I/O, fdatasync p50
-// 0.6-1.3 ms, p90 1.8-3.5 ms on that shared disk, where a batch of ~500
-// commits takes 1.6-3.3 ms. Beyond the fsync a cycle spends ~0.25 ms
-// readying the durable batch's callers and the rest mostly in Pebble's WAL
-// goroutine waiting for a P after fdatasync returns, behind the hundreds
-// of callers the previous sync woke: CPU and I/O still take turns. Tried
-// and dropped, no better (worse, if anything) in interleaved runs:
-// applying the next batch with ApplyNoSyncWait before waking the durable
-// one's callers (batches got smaller: ~455 keys, not ~520), and waking
-// callers in two chains through a sync.Cond instead of a closed channel.
-// On the same machine when quiet (load under 3, 3 runs): disk 369-399k
-// against mem 1.27-1.59M ops/s, 0.24, and the store without fsync
-// (disk-nosync) just as fast, 359-381k: the disk store is CPU-bound there,
-// and the memory store gains more from idle cores. In that profile, growing
-// the index from empty (the benchmark starts with an empty store; 32-byte
-// entries against store/mem's 24) is 14% of the CPU, probing it twice
-// (claim, then commit) 18%, shard locks 15%, parking and waking 20%.
+// # Speed
+//
+// The store does not reach the 0.5x of the memory store's claim+commit
+// rate that was aimed at: on a quiet 2-core machine (go test -run '^$'
+// -bench ClaimCommit -benchtime 2000000x, both stores in one run) it made
+// 369-399k ops/s against 1.27-1.59M, 0.24x. Without fsync (disk-nosync) it
+// is just as fast, so it is bound by CPU, 2.5-3.6 µs per claim+commit
+// against 0.9: growing the index from empty (32-byte entries; store/mem's
+// are 24) 14% of the profile, probing it twice, at claim and again at
+// commit, 18%, shard locks 15%, parking and waking callers 20%. Under load
+// fdatasync (p50 0.6-1.3 ms) and the batch's CPU take turns instead of
+// overlapping. What helped: pending claims in the index instead of a Go
+// map, reused group slices, a sweep clock read without shard locks, 4 MiB
+// memtables (see openWriter). What did not: applying the next batch with
+// ApplyNoSyncWait before waking the durable one's callers (smaller
+// batches), waking callers through a sync.Cond. In the pipeline the disk
+// store gives about 0.8x the memory store's messages per second.
 //
 // # Memory, expiry and reopen
 //

@@ -8,8 +8,8 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 )
 
-// TestIndexMatchesMap runs random sets, gets and removes against the index
-// and a Go map; few distinct keys, so collisions, displacement and
+// TestIndexMatchesMap runs random sets, gets, removes and partial walks
+// for expired entries against the index and a Go map; few distinct keys, so collisions, displacement and
 // backward shifts all happen, through growth.
 func TestIndexMatchesMap(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
@@ -24,8 +24,27 @@ func TestIndexMatchesMap(t *testing.T) {
 		binary.LittleEndian.PutUint64(k[8:], (n%700+1)*0x9E3779B97F4A7C15)
 		return k
 	}
+	cursor := 0
 	for i := range 200000 {
 		k := key()
+		if i%200 == 199 {
+			// A stretch of the table is walked from where the last walk
+			// stopped (wrapping at its end, or restarting after a
+			// resize): what it removes must have expired, and nothing
+			// else may move out of reach.
+			now := int64(i) - 100000
+			cursor = ix.dropExpired(cursor, 1+r.IntN(len(ix.slots)/4+1), now)
+			for k, want := range ref {
+				got, ok := ix.get(k)
+				if !ok && want.exp <= now {
+					delete(ref, k)
+					continue
+				}
+				if !ok || got != want {
+					t.Fatalf("op %d, after a walk to slot %d at %d: %v = %v,%v; want %v", i, cursor, now, k, got, ok, want)
+				}
+			}
+		}
 		switch r.IntN(4) {
 		case 0:
 			v := rec{exp: int64(i), tag: uint32(i%7 + 1)}
