@@ -78,19 +78,20 @@ func Open(ctx context.Context, spec string, opt Options) (dedup.Store, io.Closer
 	panic("unreachable")
 }
 
-// MaxHorizon is the longest horizon the store named by spec can hold.
-func MaxHorizon(spec string) (time.Duration, error) {
+// MaxHorizon is the longest horizon the store named by spec can hold, and
+// the kind of store it names (memory, disk, Redis), for messages.
+func MaxHorizon(spec string) (time.Duration, string, error) {
 	kind, _, err := parse(spec)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	return maxHorizon(kind), nil
+	return maxHorizon(kind), kind, nil
 }
 
 const (
 	kindMem   = "memory"
 	kindFile  = "disk"
-	kindRedis = "redis"
+	kindRedis = "Redis"
 )
 
 var errSpec = errors.New("want mem, file:PATH or redis://...")

@@ -65,18 +65,21 @@ func TestBadSpecs(t *testing.T) {
 			t.Errorf("Open(%q): %v, want %q", spec, err, want)
 		}
 	}
-	if _, err := MaxHorizon("nope"); err == nil {
+	if _, _, err := MaxHorizon("nope"); err == nil {
 		t.Error("MaxHorizon of a bad spec")
 	}
 }
 
 func TestHorizonBounds(t *testing.T) {
-	for spec, want := range map[string]time.Duration{
-		"mem": mem.MaxHorizon, "file:x": disk.MaxHorizon, "redis://h:1/0": redis.MaxHorizon,
+	for spec, want := range map[string]struct {
+		max  time.Duration
+		kind string
+	}{
+		"mem": {mem.MaxHorizon, "memory"}, "file:x": {disk.MaxHorizon, "disk"}, "redis://h:1/0": {redis.MaxHorizon, "Redis"},
 	} {
-		got, err := MaxHorizon(spec)
-		if err != nil || got != want {
-			t.Errorf("MaxHorizon(%q) = %v, %v; want %v", spec, got, err, want)
+		got, kind, err := MaxHorizon(spec)
+		if err != nil || got != want.max || kind != want.kind {
+			t.Errorf("MaxHorizon(%q) = %v, %s, %v; want %v, %s", spec, got, kind, err, want.max, want.kind)
 		}
 	}
 	_, _, err := Open(context.Background(), "mem", Options{Horizon: mem.MaxHorizon + time.Hour})

@@ -80,18 +80,11 @@ func (j *job) checkSink() error {
 // horizon, before anything connects: a typo should not first show up as a
 // Pub/Sub credentials error.
 func (j *job) checkState() error {
-	maxH, err := store.MaxHorizon(j.state)
+	maxH, kind, err := store.MaxHorizon(j.state)
 	if err != nil {
 		return fmt.Errorf("--state: %w", err)
 	}
 	if j.horizon > maxH {
-		kind := "memory"
-		switch {
-		case strings.HasPrefix(j.state, "file:"):
-			kind = "disk"
-		case strings.HasPrefix(j.state, "redis"):
-			kind = "Redis"
-		}
 		return fmt.Errorf("--horizon %v is longer than the %s store holds (%v)", j.horizon, kind, maxH)
 	}
 	return nil
