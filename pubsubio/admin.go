@@ -75,11 +75,25 @@ func DeleteSubscription(ctx context.Context, c *pubsub.Client, s Name) error {
 // nothing.
 func CheckTopic(ctx context.Context, c *pubsub.Client, t Name) error {
 	_, err := c.TopicAdminClient.GetTopic(ctx, &pubsubpb.GetTopicRequest{Topic: t.String()})
+	return existence("topic", t, err)
+}
+
+// CheckSubscription is CheckTopic for a subscription. A subscriber without
+// the right to read its metadata (roles/pubsub.subscriber lacks it) cannot
+// tell, and is let through.
+func CheckSubscription(ctx context.Context, c *pubsub.Client, s Name) error {
+	_, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.String()})
+	return existence("subscription", s, err)
+}
+
+// existence turns the answer to a Get of a resource into what the checks
+// report.
+func existence(kind string, n Name, err error) error {
 	switch status.Code(err) {
 	case codes.OK, codes.PermissionDenied, codes.Unimplemented:
 		return nil
 	case codes.NotFound:
-		return fmt.Errorf("topic %s does not exist", t)
+		return fmt.Errorf("%s %s does not exist", kind, n)
 	}
-	return fmt.Errorf("look up topic %s: %w", t, err)
+	return fmt.Errorf("look up %s %s: %w", kind, n, err)
 }

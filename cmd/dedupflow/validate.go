@@ -8,9 +8,6 @@ import (
 	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2"
-	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/pubsubio"
@@ -108,7 +105,7 @@ func (j *job) checkAuditSize() error {
 // running" or as an endless "sink unreachable".
 func checkResources(ctx context.Context, c *pubsub.Client, in, out, dl pubsubio.Name, fromTopic bool) error {
 	if !fromTopic {
-		if err := checkSubscription(ctx, c, in); err != nil {
+		if err := pubsubio.CheckSubscription(ctx, c, in); err != nil {
 			return err
 		}
 	}
@@ -124,18 +121,4 @@ func checkResources(ctx context.Context, c *pubsub.Client, in, out, dl pubsubio.
 		}
 	}
 	return nil
-}
-
-// checkSubscription is pubsubio.CheckTopic for a subscription. A subscriber
-// without the right to read its metadata (roles/pubsub.subscriber lacks
-// it) cannot tell, and is let through.
-func checkSubscription(ctx context.Context, c *pubsub.Client, s pubsubio.Name) error {
-	_, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.String()})
-	switch status.Code(err) {
-	case codes.OK, codes.PermissionDenied, codes.Unimplemented:
-		return nil
-	case codes.NotFound:
-		return fmt.Errorf("subscription %s does not exist", s)
-	}
-	return fmt.Errorf("look up subscription %s: %w", s, err)
 }
