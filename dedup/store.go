@@ -100,3 +100,10 @@ type Store interface {
 // ErrUnavailable marks store errors that are worth retrying later (the
 // server is down or slow); callers nack and back off instead of dropping.
 var ErrUnavailable = errors.New("dedup store unavailable")
+
+// ErrFatal marks errors that retrying cannot fix: the server refused the
+// credentials (WRONGPASS, NOPERM), the database or table is gone. A front
+// end that meets one nacks what it holds, reports not ready, and stops
+// with the error, so the process exits non-zero and whoever runs it
+// (Kubernetes, systemd) sees why instead of a replica that retries forever.
+var ErrFatal = errors.New("unrecoverable error")
