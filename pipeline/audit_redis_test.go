@@ -13,6 +13,7 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -23,7 +24,7 @@ func TestAuditInRedisAcrossReplicas(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	prefix := fmt.Sprintf("pipeline-test-%d:", time.Now().UnixNano())
-	var outs []*pipeline.Message
+	var outs []*sink.Message
 	replica := func() *pipeline.Pipeline {
 		to, err := redisaudit.Open(t.Context(), url, redisaudit.Options{Prefix: prefix})
 		if err != nil {
@@ -37,7 +38,7 @@ func TestAuditInRedisAcrossReplicas(t *testing.T) {
 		p, err := pipeline.New(pipeline.Config{Rule: dedup.Rule{IDAttribute: "key"},
 			Audit: audit.Options{Horizon: 7 * 24 * time.Hour, Capacity: 10_000}},
 			pipeline.Deps{Deduper: dd, Logger: testLogger(t), Now: clock, AuditTarget: to,
-				Sink: sinkFunc(func(_ context.Context, m *pipeline.Message) error { outs = append(outs, m); return nil })})
+				Sink: sinkFunc(func(_ context.Context, m *sink.Message) error { outs = append(outs, m); return nil })})
 		if err != nil {
 			t.Fatal(err)
 		}

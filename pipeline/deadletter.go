@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"time"
 	"unicode/utf8"
+
+	"github.com/dedupflow/dedupflow/sink"
 )
 
 // Limits of a Pub/Sub message that a dead letter must respect, or it would
@@ -29,7 +31,7 @@ const AttrEnvelope = "dedupflow_envelope"
 
 // deadLetter sends an invalid message to the dead-letter topic with the
 // reason, or, without one, leaves it unacked: it is never dropped.
-func (p *Pipeline) deadLetter(ctx context.Context, m *Message, reason error) Outcome {
+func (p *Pipeline) deadLetter(ctx context.Context, m *sink.Message, reason error) Outcome {
 	if p.dl == nil {
 		// Held back longer and reported less at each delivery, or a
 		// handful of bad messages floods the log and spins the pipeline.
@@ -56,7 +58,7 @@ func (p *Pipeline) deadLetter(ctx context.Context, m *Message, reason error) Out
 
 // deadLetterOf is the dead letter of m: its data and attributes, the reason
 // and its message ID.
-func deadLetterOf(m *Message, reason error) *Message {
+func deadLetterOf(m *sink.Message, reason error) *sink.Message {
 	attrs := make(map[string]string, len(m.Attributes)+2)
 	data := m.Data
 	if len(m.Attributes)+2 <= maxAttributes {
@@ -73,7 +75,7 @@ func deadLetterOf(m *Message, reason error) *Message {
 	}
 	attrs[AttrError] = truncate(reason.Error(), maxValueLen)
 	attrs[AttrSourceMessageID] = m.ID
-	return &Message{ID: m.ID, Data: data, Attributes: attrs, PublishTime: m.PublishTime, EventTime: m.EventTime}
+	return &sink.Message{ID: m.ID, Data: data, Attributes: attrs, PublishTime: m.PublishTime, EventTime: m.EventTime}
 }
 
 // truncate cuts s to at most n bytes of valid UTF-8.

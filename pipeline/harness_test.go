@@ -18,6 +18,7 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/dedupflow/dedupflow/sink/topic"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -87,7 +88,7 @@ func newRig(t *testing.T, conn []option.ClientOption, o rigOpts) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := pubsubio.NewTopicSink(c, r.out, 5*time.Second)
+	sink := topic.New(c, r.out, 5*time.Second)
 	t.Cleanup(sink.Stop)
 	log := o.log
 	if log == nil {
@@ -95,7 +96,7 @@ func newRig(t *testing.T, conn []option.ClientOption, o rigOpts) *rig {
 	}
 	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: log, Now: o.dedup.Now}
 	if o.deadLetter {
-		dl := pubsubio.NewTopicSink(c, r.dl, 5*time.Second)
+		dl := topic.New(c, r.dl, 5*time.Second)
 		t.Cleanup(dl.Stop)
 		deps.DeadLetter = dl
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -157,9 +158,9 @@ func TestAuditMarksLateCopy(t *testing.T) {
 }
 
 // sinkFunc is a sink in a function.
-type sinkFunc func(ctx context.Context, m *pipeline.Message) error
+type sinkFunc func(ctx context.Context, m *sink.Message) error
 
-func (f sinkFunc) Write(ctx context.Context, m *pipeline.Message) error { return f(ctx, m) }
+func (f sinkFunc) Write(ctx context.Context, m *sink.Message) error { return f(ctx, m) }
 
 // replay is a Receiver that hands over fixed messages, then returns.
 type replay []*pubsub.Message
@@ -177,7 +178,7 @@ func TestAuditSnapshotAcrossRestartAndMetrics(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	path := t.TempDir() + "/state.db.audit"
-	var outs []*pipeline.Message
+	var outs []*sink.Message
 	newPipeline := func(reg prometheus.Registerer) *pipeline.Pipeline {
 		dd, err := dedup.New(mem.New(), dedup.Options{Horizon: time.Minute, Now: clock})
 		if err != nil {
@@ -187,7 +188,7 @@ func TestAuditSnapshotAcrossRestartAndMetrics(t *testing.T) {
 			Audit:         audit.Options{Horizon: 7 * 24 * time.Hour, Capacity: 10_000},
 			AuditSnapshot: path},
 			pipeline.Deps{Deduper: dd, Logger: testLogger(t), Now: clock, Registerer: reg,
-				Sink: sinkFunc(func(_ context.Context, m *pipeline.Message) error { outs = append(outs, m); return nil })})
+				Sink: sinkFunc(func(_ context.Context, m *sink.Message) error { outs = append(outs, m); return nil })})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/backoff"
+	"github.com/dedupflow/dedupflow/sink"
 )
 
 // Attributes the pipeline sets on dead-lettered messages.
@@ -75,8 +76,8 @@ type Config struct {
 // Deps are what a Pipeline talks to.
 type Deps struct {
 	Deduper    *dedup.Deduper
-	Sink       Sink
-	DeadLetter Sink // nil: invalid messages are nacked and logged
+	Sink       sink.Sink
+	DeadLetter sink.Sink // nil: invalid messages are nacked and logged
 	Logger     *slog.Logger
 	Now        func() time.Time
 	Registerer prometheus.Registerer // nil: no metrics exported
@@ -91,8 +92,8 @@ type Deps struct {
 type Pipeline struct {
 	cfg   Config
 	dd    *dedup.Deduper
-	sink  Sink
-	dl    Sink
+	sink  sink.Sink
+	dl    sink.Sink
 	log   *slog.Logger
 	now   func() time.Time
 	m     *metrics
@@ -220,7 +221,7 @@ func (p *Pipeline) Handle(ctx context.Context, in *pubsub.Message) bool {
 }
 
 func (p *Pipeline) handle(ctx context.Context, in *pubsub.Message) Outcome {
-	m := &Message{ID: in.ID, Data: in.Data, Attributes: in.Attributes, PublishTime: in.PublishTime, EventTime: in.PublishTime}
+	m := &sink.Message{ID: in.ID, Data: in.Data, Attributes: in.Attributes, PublishTime: in.PublishTime, EventTime: in.PublishTime}
 	if a := p.cfg.TimestampAttribute; a != "" {
 		t, err := dedup.ParseTimestamp(in.Attributes[a])
 		if err != nil {
@@ -299,7 +300,7 @@ type note struct {
 // or in event time the event time, held back to the processing clock (as
 // the watermark is) so a producer's future-dated clock cannot rotate every
 // generation out.
-func (p *Pipeline) auditTime(m *Message) time.Time {
+func (p *Pipeline) auditTime(m *sink.Message) time.Time {
 	now := p.now()
 	if p.dd.Domain() == dedup.EventTime && m.EventTime.Before(now) {
 		return m.EventTime
@@ -316,7 +317,7 @@ func (p *Pipeline) suspect(n *note) {
 // tooLate applies the late policy to a message the horizon cannot judge.
 // Passed on, it is still checked against the audit, which remembers far
 // longer than the horizon.
-func (p *Pipeline) tooLate(ctx context.Context, m *Message, n *note, reason error) Outcome {
+func (p *Pipeline) tooLate(ctx context.Context, m *sink.Message, n *note, reason error) Outcome {
 	var o Outcome
 	if p.cfg.Late == dedup.LateDeadLetter {
 		o = p.deadLetter(ctx, m, reason)
@@ -332,7 +333,7 @@ func (p *Pipeline) tooLate(ctx context.Context, m *Message, n *note, reason erro
 
 // emit writes m to the sink; with a ticket, it commits or releases the key.
 // With a note, the key goes into the audit once written.
-func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *note) Outcome {
+func (p *Pipeline) emit(ctx context.Context, m *sink.Message, t *dedup.Ticket, n *note) Outcome {
 	out := m // the input stays as it came, for a dead letter
 	if m.Key != "" {
 		attrs := make(map[string]string, len(m.Attributes)+2)
@@ -362,7 +363,7 @@ func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *not
 					"key", m.Key, "message_id", m.ID, "err", rerr)
 			}
 		}
-		if errors.Is(err, ErrPermanent) {
+		if errors.Is(err, sink.ErrPermanent) {
 			return p.deadLetter(ctx, m, err)
 		}
 		if ctx.Err() == nil {
@@ -389,7 +390,7 @@ func (p *Pipeline) emit(ctx context.Context, m *Message, t *dedup.Ticket, n *not
 // once the lease ends a copy could pass. If the store stays down the input
 // is acked all the same — the output is written, and nacking would only
 // write it again — and a copy that slips through carries the key.
-func (p *Pipeline) commit(bg context.Context, m *Message, t dedup.Ticket) {
+func (p *Pipeline) commit(bg context.Context, m *sink.Message, t dedup.Ticket) {
 	deadline := p.now().Add(p.dd.Lease() / 2)
 	for n := 1; ; n++ {
 		err := p.dd.Commit(p.writeBy.ctx(), t)

@@ -13,6 +13,7 @@ import (
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/dedupflow/dedupflow/sink/topic"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -40,7 +41,7 @@ func TestPipelineEmitsRetriedEventOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := pubsubio.NewTopicSink(c, out, 5*time.Second)
+	sink := topic.New(c, out, 5*time.Second)
 	t.Cleanup(sink.Stop)
 	pl, err := pipeline.New(pipeline.Config{Rule: dedup.Rule{IDAttribute: "event_id"}},
 		pipeline.Deps{Deduper: dd, Sink: sink, Logger: slog.New(slog.DiscardHandler)})

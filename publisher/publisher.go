@@ -36,8 +36,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"github.com/dedupflow/dedupflow/internal/backoff"
 	"github.com/google/uuid"
+
+	"github.com/dedupflow/dedupflow/internal/backoff"
 )
 
 // DefaultKeyAttribute is the attribute the key goes in unless

@@ -19,6 +19,7 @@ import (
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink/postgres"
+	"github.com/dedupflow/dedupflow/sink/topic"
 )
 
 // job is a configured pipeline, shared by `pipeline` and `up`.
@@ -303,7 +304,7 @@ func (j *job) run(ctx context.Context, c *pubsub.Client, log *slog.Logger, start
 	defer closeSink()
 	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: log, Now: time.Now}
 	if dlName.ID != "" {
-		dl := pubsubio.NewTopicSink(c, dlName, cfg.WriteTimeout)
+		dl := topic.New(c, dlName, cfg.WriteTimeout)
 		defer dl.Stop()
 		deps.DeadLetter = dl
 	}

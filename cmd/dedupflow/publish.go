@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+
 	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )

@@ -12,10 +12,11 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
-	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/postgres"
 	"github.com/dedupflow/dedupflow/sink/stdout"
+	"github.com/dedupflow/dedupflow/sink/topic"
 )
 
 // sinkSpec is what --sink and its companions say.
@@ -52,14 +53,14 @@ func sinkKind(spec string) (string, error) {
 
 // openSink opens the sink named by --sink. The returned func stops it,
 // after the pipeline has finished its writes.
-func openSink(ctx context.Context, s sinkSpec) (pipeline.Sink, func(), error) {
+func openSink(ctx context.Context, s sinkSpec) (sink.Sink, func(), error) {
 	kind, err := sinkKind(s.spec)
 	if err != nil {
 		return nil, nil, err
 	}
 	switch kind {
 	case sinkPubSub:
-		ts := pubsubio.NewTopicSink(s.client, s.topic, s.timeout)
+		ts := topic.New(s.client, s.topic, s.timeout)
 		return ts, ts.Stop, nil
 	case sinkStdout:
 		w := s.stdout

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/sink"
 )
 
 // writeBatch stores one batch and answers every writer in it.
@@ -97,7 +97,7 @@ func (s *Sink) storeOne(r *row) error {
 	case rowError(err):
 		s.log.Warn("row refused by the server; the message goes to the dead-letter topic",
 			"table", s.table.Sanitize(), "key", r.key, "message_id", r.messageID, "err", err)
-		return fmt.Errorf("insert key %q into %s: %w: %w", r.key, s.table.Sanitize(), pipeline.ErrPermanent, err)
+		return fmt.Errorf("insert key %q into %s: %w: %w", r.key, s.table.Sanitize(), sink.ErrPermanent, err)
 	}
 	return fmt.Errorf("insert key %q into %s: %w", r.key, s.table.Sanitize(), classify(err))
 }

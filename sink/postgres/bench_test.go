@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/postgres"
 )
 
@@ -54,9 +54,9 @@ func BenchmarkInsert(b *testing.B) {
 
 var benchData = []byte(`{"order":12345,"customer":"c-42","items":[{"sku":"A-1","qty":2}],"total":19.99}`)
 
-func benchMessage(i int, now time.Time) *pipeline.Message {
+func benchMessage(i int, now time.Time) *sink.Message {
 	key := fmt.Sprintf("order-%09d", i)
-	return &pipeline.Message{
+	return &sink.Message{
 		ID: fmt.Sprint(1_000_000_000 + i), Key: key, Data: benchData,
 		Attributes:  map[string]string{"dedupflow_id": key, "producer": "web-1"},
 		PublishTime: now, EventTime: now,
@@ -67,7 +67,7 @@ func benchMessage(i int, now time.Time) *pipeline.Message {
 // the pipeline's message handlers do.
 func sinkRound(b *testing.B, s *postgres.Sink, writers, lo, n int) time.Duration {
 	now := time.Now()
-	msgs := make([]*pipeline.Message, n)
+	msgs := make([]*sink.Message, n)
 	for i := range msgs {
 		msgs[i] = benchMessage(lo+i, now)
 	}
@@ -126,7 +126,7 @@ ON CONFLICT (key) DO NOTHING`}
 // (encoding attributes as JSON), as the sink's does.
 func (p *plain) insert(b *testing.B, lo, n int) time.Duration {
 	now := time.Now()
-	msgs := make([]*pipeline.Message, n)
+	msgs := make([]*sink.Message, n)
 	for i := range msgs {
 		msgs[i] = benchMessage(lo+i, now)
 	}

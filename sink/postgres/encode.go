@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/sink"
 )
 
 // row is one message as the columns hold it. Everything that PostgreSQL
@@ -26,14 +26,14 @@ type row struct {
 	publish    time.Time
 }
 
-// errInvalid marks input the table cannot hold; it wraps pipeline.ErrPermanent
+// errInvalid marks input the table cannot hold; it wraps sink.ErrPermanent
 // so the pipeline dead-letters the message instead of retrying it forever.
-var errInvalid = fmt.Errorf("%w: not storable in PostgreSQL", pipeline.ErrPermanent)
+var errInvalid = fmt.Errorf("%w: not storable in PostgreSQL", sink.ErrPermanent)
 
 // encode turns a message into a row. Messages passed without dedup (an empty
 // key, the --missing-id pass policy) are keyed on their message ID, which is
 // unique per stored message: a redelivery of one is still written once.
-func encode(m *pipeline.Message) (row, error) {
+func encode(m *sink.Message) (row, error) {
 	key := m.Key
 	if key == "" {
 		key = m.ID

@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/sink"
 )
 
 // OnConflict says what a row with an existing key does.
@@ -122,7 +122,7 @@ type Sink struct {
 	batchesOK, rows, inserted, failed atomic.Int64
 }
 
-var _ pipeline.Sink = (*Sink)(nil)
+var _ sink.Sink = (*Sink)(nil)
 
 // request is one Write waiting for its batch.
 type request struct {
@@ -227,17 +227,17 @@ func (s *Sink) Stats() Stats {
 	return Stats{Batches: s.batchesOK.Load(), Rows: s.rows.Load(), Inserted: s.inserted.Load(), Failed: s.failed.Load()}
 }
 
-// Write implements pipeline.Sink: it returns nil once the row of m's key is
+// Write implements sink.Sink: it returns nil once the row of m's key is
 // committed (inserted now, or already there). m's key is the dedup key; a
 // message passed without dedup is keyed on its message ID. An error wraps
-// pipeline.ErrPermanent when the message cannot be stored at all, and
+// sink.ErrPermanent when the message cannot be stored at all, and
 // ErrUnavailable (which matches dedup.ErrUnavailable too) when the server
 // cannot be reached.
 //
 // When ctx ends first, Write returns its error, but the row may still be
 // committed by the statement already under way; the retry that follows is
 // then a no-op.
-func (s *Sink) Write(ctx context.Context, m *pipeline.Message) error {
+func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 	r, err := encode(m)
 	if err != nil {
 		return fmt.Errorf("write message %s to %s: %w", m.ID, s.table.Sanitize(), err)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/testenv"
-	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/postgres"
 )
 
@@ -92,9 +92,9 @@ func (e *env) count(t testing.TB, where string, args ...any) int {
 	return n
 }
 
-func msg(key, id, data string) *pipeline.Message {
+func msg(key, id, data string) *sink.Message {
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	return &pipeline.Message{
+	return &sink.Message{
 		ID: id, Key: key, Data: []byte(data),
 		Attributes:  map[string]string{"dedupflow_id": key, "source": "test"},
 		PublishTime: now, EventTime: now.Add(-time.Second),
@@ -238,13 +238,13 @@ func TestKeys(t *testing.T) {
 	e := newEnv(t)
 	s := e.open(t, postgres.Options{})
 	ctx := context.Background()
-	for _, m := range []*pipeline.Message{
+	for _, m := range []*sink.Message{
 		msg("a\x00b", "m1", "x"),
 		msg("\xff", "m2", "x"),
 		{ID: "m3", Key: "k3", Attributes: map[string]string{"a\x00": "v"}},
 		{},
 	} {
-		if err := s.Write(ctx, m); !errors.Is(err, pipeline.ErrPermanent) {
+		if err := s.Write(ctx, m); !errors.Is(err, sink.ErrPermanent) {
 			t.Errorf("write %q: err = %v, want ErrPermanent", m.Key, err)
 		}
 	}

@@ -24,7 +24,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/sink"
 )
 
 // Sink writes JSON lines to a writer.
@@ -33,7 +33,7 @@ type Sink struct {
 	w  io.Writer
 }
 
-var _ pipeline.Sink = (*Sink)(nil)
+var _ sink.Sink = (*Sink)(nil)
 
 // New writes to w. If w has a Flush() error method (a *bufio.Writer), it is
 // called after every line, so a reader sees each message as it is acked.
@@ -49,10 +49,10 @@ type line struct {
 	PublishTime string         `json:"publish_time"`
 }
 
-// Write implements pipeline.Sink. It returns once the line is handed to the
+// Write implements sink.Sink. It returns once the line is handed to the
 // writer (and flushed); an error of the writer (a closed pipe) is returned
 // as is, so the message is nacked, not lost.
-func (s *Sink) Write(ctx context.Context, m *pipeline.Message) error {
+func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("write message %s to stdout: %w", m.ID, err)
 	}
@@ -74,7 +74,7 @@ func (s *Sink) Write(ctx context.Context, m *pipeline.Message) error {
 }
 
 // Encode returns m's line, newline included.
-func Encode(m *pipeline.Message) ([]byte, error) {
+func Encode(m *sink.Message) ([]byte, error) {
 	l := line{
 		Key:         m.Key,
 		MessageID:   m.ID,
@@ -96,7 +96,7 @@ func Encode(m *pipeline.Message) ([]byte, error) {
 		if !utf8.ValidString(k) {
 			// A name has no escape that a reader could not confuse with
 			// a real name; Pub/Sub itself never delivers one.
-			return nil, fmt.Errorf("%w: attribute name %q is not valid UTF-8", pipeline.ErrPermanent, k)
+			return nil, fmt.Errorf("%w: attribute name %q is not valid UTF-8", sink.ErrPermanent, k)
 		}
 		if utf8.ValidString(v) {
 			l.Attributes[k] = v
@@ -105,11 +105,11 @@ func Encode(m *pipeline.Message) ([]byte, error) {
 		}
 	}
 	if !utf8.ValidString(l.Key) || !utf8.ValidString(l.MessageID) {
-		return nil, fmt.Errorf("%w: key %q or message ID %q is not valid UTF-8", pipeline.ErrPermanent, l.Key, l.MessageID)
+		return nil, fmt.Errorf("%w: key %q or message ID %q is not valid UTF-8", sink.ErrPermanent, l.Key, l.MessageID)
 	}
 	b, err := json.Marshal(l)
 	if err != nil {
-		return nil, fmt.Errorf("%w: encode message %s: %w", pipeline.ErrPermanent, m.ID, err)
+		return nil, fmt.Errorf("%w: encode message %s: %w", sink.ErrPermanent, m.ID, err)
 	}
 	return append(b, '\n'), nil
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/stdout"
 )
 
@@ -21,14 +21,14 @@ func TestLines(t *testing.T) {
 	ts := time.Date(2026, 1, 2, 3, 4, 5, 123e6, time.UTC)
 	cases := []struct {
 		name string
-		m    pipeline.Message
+		m    sink.Message
 		want string
 	}{
-		{"text", pipeline.Message{ID: "1", Key: "k", Data: []byte(`{"n":1}`), Attributes: map[string]string{"a": "b"}, EventTime: ts, PublishTime: ts},
+		{"text", sink.Message{ID: "1", Key: "k", Data: []byte(`{"n":1}`), Attributes: map[string]string{"a": "b"}, EventTime: ts, PublishTime: ts},
 			`{"key":"k","message_id":"1","data":"{\"n\":1}","attributes":{"a":"b"},"event_time":"2026-01-02T03:04:05.123Z","publish_time":"2026-01-02T03:04:05.123Z"}`},
-		{"binary", pipeline.Message{ID: "2", Key: "k", Data: []byte{0xff, 0}, EventTime: ts, PublishTime: ts},
+		{"binary", sink.Message{ID: "2", Key: "k", Data: []byte{0xff, 0}, EventTime: ts, PublishTime: ts},
 			`{"key":"k","message_id":"2","data_base64":"/wA=","attributes":{},"event_time":"2026-01-02T03:04:05.123Z","publish_time":"2026-01-02T03:04:05.123Z"}`},
-		{"empty, no key", pipeline.Message{ID: "3", Attributes: map[string]string{"nul": "a\x00", "bad": "\xfe"}, EventTime: ts, PublishTime: ts},
+		{"empty, no key", sink.Message{ID: "3", Attributes: map[string]string{"nul": "a\x00", "bad": "\xfe"}, EventTime: ts, PublishTime: ts},
 			`{"key":"3","message_id":"3","data":"","attributes":{"bad":{"base64":"/g=="},"nul":"a\u0000"},"event_time":"2026-01-02T03:04:05.123Z","publish_time":"2026-01-02T03:04:05.123Z"}`},
 	}
 	for _, c := range cases {
@@ -40,8 +40,8 @@ func TestLines(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, got, c.want)
 		}
 	}
-	bad := pipeline.Message{ID: "4", Attributes: map[string]string{"\xff": "v"}}
-	if err := stdout.New(&bytes.Buffer{}).Write(context.Background(), &bad); !errors.Is(err, pipeline.ErrPermanent) {
+	bad := sink.Message{ID: "4", Attributes: map[string]string{"\xff": "v"}}
+	if err := stdout.New(&bytes.Buffer{}).Write(context.Background(), &bad); !errors.Is(err, sink.ErrPermanent) {
 		t.Fatalf("invalid attribute name: %v, want ErrPermanent", err)
 	}
 }
@@ -61,7 +61,7 @@ func TestConcurrentWritesAndRoundTrip(t *testing.T) {
 			if i%2 == 1 {
 				data = append(data, 0xff)
 			}
-			if err := s.Write(context.Background(), &pipeline.Message{ID: fmt.Sprint(i), Key: fmt.Sprint("k", i), Data: data}); err != nil {
+			if err := s.Write(context.Background(), &sink.Message{ID: fmt.Sprint(i), Key: fmt.Sprint("k", i), Data: data}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -104,8 +104,8 @@ type failing struct{}
 func (failing) Write([]byte) (int, error) { return 0, errors.New("broken pipe") }
 
 func TestWriterError(t *testing.T) {
-	err := stdout.New(failing{}).Write(context.Background(), &pipeline.Message{ID: "1"})
-	if err == nil || errors.Is(err, pipeline.ErrPermanent) {
+	err := stdout.New(failing{}).Write(context.Background(), &sink.Message{ID: "1"})
+	if err == nil || errors.Is(err, sink.ErrPermanent) {
 		t.Fatalf("err = %v, want a retryable error", err)
 	}
 }

@@ -1,4 +1,4 @@
-package pubsubio
+package topic
 
 import (
 	"context"
@@ -13,7 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/dedupflow/dedupflow/sink"
 )
 
 // Batch bounds: the service takes at most 1000 messages and 10 MB per
@@ -30,7 +31,7 @@ var ErrStopped = errors.New("topic sink stopped")
 // publishFunc is the one call the sink makes; tests may count it.
 type publishFunc func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error)
 
-// TopicSink publishes messages to a topic and returns once the server
+// Sink publishes messages to a topic and returns once the server
 // acknowledged the publish.
 //
 // It batches by itself, on the client's generated Publish call, rather
@@ -41,7 +42,7 @@ type publishFunc func(ctx context.Context, req *pb.PublishRequest, opts ...gax.C
 // way group commits do: a lone write goes at once; while requests are in
 // flight, writes gather, and another request starts only once the
 // gathered batch is big enough to pay for it (busy/maxRPCs of a full one).
-type TopicSink struct {
+type Sink struct {
 	topic   string
 	publish publishFunc
 	timeout time.Duration
@@ -54,7 +55,7 @@ type TopicSink struct {
 	rpcs   sync.WaitGroup
 }
 
-var _ pipeline.Sink = (*TopicSink)(nil)
+var _ sink.Sink = (*Sink)(nil)
 
 // batch is the messages of one publish request and, once done is closed,
 // its outcome: err for all, or errs one by one after a rejected request
@@ -75,14 +76,14 @@ func (b *batch) result(i int) error {
 	return b.err
 }
 
-// NewTopicSink publishes to topic through c. A publish request gives up
+// New publishes to topic through c. A publish request gives up
 // after timeout, so a write never outlives the claim lease that guards it.
-func NewTopicSink(c *pubsub.Client, topic Name, timeout time.Duration) *TopicSink {
-	return &TopicSink{topic: topic.String(), publish: c.TopicAdminClient.Publish, timeout: timeout}
+func New(c *pubsub.Client, topic pubsubio.Name, timeout time.Duration) *Sink {
+	return &Sink{topic: topic.String(), publish: c.TopicAdminClient.Publish, timeout: timeout}
 }
 
-// Write implements pipeline.Sink.
-func (s *TopicSink) Write(ctx context.Context, m *pipeline.Message) error {
+// Write implements sink.Sink.
+func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 	pm := &pb.PubsubMessage{Data: m.Data, Attributes: m.Attributes}
 	size := len(m.Data)
 	for k, v := range m.Attributes {
@@ -124,7 +125,7 @@ func (s *TopicSink) Write(ctx context.Context, m *pipeline.Message) error {
 	}
 	if err := b.result(i); err != nil {
 		if status.Code(err) == codes.InvalidArgument {
-			return fmt.Errorf("publish to %s: %w: %w", s.topic, pipeline.ErrPermanent, err)
+			return fmt.Errorf("publish to %s: %w: %w", s.topic, sink.ErrPermanent, err)
 		}
 		return fmt.Errorf("publish to %s: %w", s.topic, err)
 	}
@@ -135,7 +136,7 @@ func (s *TopicSink) Write(ctx context.Context, m *pipeline.Message) error {
 // (and in rpcs, under the lock, so Stop cannot miss it), or nil when
 // nothing should start now. all sends what is gathered
 // regardless of its size (on Stop).
-func (s *TopicSink) takeLocked(all bool) *batch {
+func (s *Sink) takeLocked(all bool) *batch {
 	if s.busy >= maxRPCs && !all {
 		return nil
 	}
@@ -156,7 +157,7 @@ func (s *TopicSink) takeLocked(all bool) *batch {
 
 // run sends b, then whatever became due meanwhile, so a request in flight
 // is followed at once by the writes that gathered behind it.
-func (s *TopicSink) run(b *batch) {
+func (s *Sink) run(b *batch) {
 	for b != nil {
 		s.send(b)
 		s.mu.Lock()
@@ -171,7 +172,7 @@ func (s *TopicSink) run(b *batch) {
 // send publishes b and records the outcome. A request the server refuses
 // as invalid is split, so one bad message (too large, say) fails alone
 // and the others go through.
-func (s *TopicSink) send(b *batch) {
+func (s *Sink) send(b *batch) {
 	defer close(b.done)
 	msgs := make([]*pb.PubsubMessage, 0, len(b.msgs))
 	for _, m := range b.msgs {
@@ -200,14 +201,14 @@ func (s *TopicSink) send(b *batch) {
 	}
 }
 
-func (s *TopicSink) call(ctx context.Context, msgs []*pb.PubsubMessage) error {
+func (s *Sink) call(ctx context.Context, msgs []*pb.PubsubMessage) error {
 	_, err := s.publish(ctx, &pb.PublishRequest{Topic: s.topic, Messages: msgs})
 	return err
 }
 
 // Stop sends what is gathered, waits for every request in flight and
 // refuses later writes.
-func (s *TopicSink) Stop() {
+func (s *Sink) Stop() {
 	s.mu.Lock()
 	s.closed = true
 	var next []*batch

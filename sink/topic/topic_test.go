@@ -1,4 +1,4 @@
-package pubsubio
+package topic
 
 import (
 	"context"
@@ -16,15 +16,16 @@ import (
 	"github.com/googleapis/gax-go/v2"
 
 	"github.com/dedupflow/dedupflow/broker"
-	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/dedupflow/dedupflow/sink"
 )
 
-// sinkRig is a topic with a subscription on a server, and a TopicSink
+// sinkRig is a topic with a subscription on a server, and a Sink
 // that counts its publish requests.
 type sinkRig struct {
 	c        *pubsub.Client
-	sink     *TopicSink
-	sub      Name
+	sink     *Sink
+	sub      pubsubio.Name
 	requests atomic.Int64
 	pstest   *pstest.Server // nil on our broker
 
@@ -67,20 +68,20 @@ func newSinkRig(t *testing.T, server string) *sinkRig {
 		t.Cleanup(func() { srv.Close() })
 		addr = srv.Addr
 	}
-	c, err := NewClient(ctx, "p", Insecure(addr)...)
+	c, err := pubsubio.NewClient(ctx, "p", pubsubio.Insecure(addr)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	r := &sinkRig{c: c, sub: Name{Project: "p", Kind: "subscriptions", ID: "out-sub"}, pstest: srv}
-	topic := Name{Project: "p", Kind: "topics", ID: "out"}
-	if err := EnsureTopic(ctx, c, topic); err != nil {
+	r := &sinkRig{c: c, sub: pubsubio.Name{Project: "p", Kind: "subscriptions", ID: "out-sub"}, pstest: srv}
+	top := pubsubio.Name{Project: "p", Kind: "topics", ID: "out"}
+	if err := pubsubio.EnsureTopic(ctx, c, top); err != nil {
 		t.Fatal(err)
 	}
-	if err := EnsureSubscription(ctx, c, r.sub, topic, 60); err != nil {
+	if err := pubsubio.EnsureSubscription(ctx, c, r.sub, top, 60); err != nil {
 		t.Fatal(err)
 	}
-	r.sink = NewTopicSink(c, topic, 5*time.Second)
+	r.sink = New(c, top, 5*time.Second)
 	pub := r.sink.publish
 	r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
 		r.requests.Add(1)
@@ -130,7 +131,7 @@ func (r *sinkRig) received(t *testing.T, want int) map[string]int {
 	return got
 }
 
-func TestTopicSink(t *testing.T) {
+func TestSink(t *testing.T) {
 	for _, server := range []string{"broker", "pstest"} {
 		t.Run(server, func(t *testing.T) {
 			t.Run("concurrent writes share requests and all arrive", func(t *testing.T) {
@@ -142,7 +143,7 @@ func TestTopicSink(t *testing.T) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						m := &pipeline.Message{Data: []byte("x"), Attributes: map[string]string{"k": fmt.Sprint(i)}}
+						m := &sink.Message{Data: []byte("x"), Attributes: map[string]string{"k": fmt.Sprint(i)}}
 						if err := r.sink.Write(context.Background(), m); err != nil {
 							errs <- err
 						}
@@ -187,7 +188,7 @@ func TestTopicSink(t *testing.T) {
 				if i == 3 {
 					attrs["v"] = strings.Repeat("x", 2000) // over the 1024-byte value limit
 				}
-				errs[i] = r.sink.Write(ctx, &pipeline.Message{Data: []byte("x"), Attributes: attrs})
+				errs[i] = r.sink.Write(ctx, &sink.Message{Data: []byte("x"), Attributes: attrs})
 			}()
 			if i == 0 {
 				time.Sleep(100 * time.Millisecond) // the first write is the held request
@@ -198,7 +199,7 @@ func TestTopicSink(t *testing.T) {
 		wg.Wait()
 		for i, err := range errs {
 			switch {
-			case i == 3 && !errors.Is(err, pipeline.ErrPermanent):
+			case i == 3 && !errors.Is(err, sink.ErrPermanent):
 				t.Errorf("write of the oversized attribute: %v, want ErrPermanent", err)
 			case i != 3 && err != nil:
 				t.Errorf("write %d failed beside the refused one: %v", i, err)
@@ -219,7 +220,7 @@ func TestTopicSink(t *testing.T) {
 		write := func(k string) chan error {
 			c := make(chan error, 1)
 			go func() {
-				c <- r.sink.Write(ctx, &pipeline.Message{Data: []byte("x"), Attributes: map[string]string{"k": k}})
+				c <- r.sink.Write(ctx, &sink.Message{Data: []byte("x"), Attributes: map[string]string{"k": k}})
 			}()
 			return c
 		}
@@ -247,7 +248,7 @@ func TestTopicSink(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-stopped
-		err := r.sink.Write(ctx, &pipeline.Message{Data: []byte("x")})
+		err := r.sink.Write(ctx, &sink.Message{Data: []byte("x")})
 		if !errors.Is(err, ErrStopped) {
 			t.Fatalf("write after Stop: %v, want ErrStopped", err)
 		}
@@ -264,8 +265,8 @@ func TestTopicSink(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		err := r.sink.Write(ctx, &pipeline.Message{Data: []byte("x")})
-		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, pipeline.ErrPermanent) {
+		err := r.sink.Write(ctx, &sink.Message{Data: []byte("x")})
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sink.ErrPermanent) {
 			t.Fatalf("write to a server that never answers: %v, want a transient deadline error", err)
 		}
 	})
@@ -275,12 +276,12 @@ func TestTopicSink(t *testing.T) {
 		release := r.holdFirst()
 		held := make(chan error, 1)
 		go func() {
-			held <- r.sink.Write(context.Background(), &pipeline.Message{Data: []byte("x"), Attributes: map[string]string{"k": "a"}})
+			held <- r.sink.Write(context.Background(), &sink.Message{Data: []byte("x"), Attributes: map[string]string{"k": "a"}})
 		}()
 		time.Sleep(100 * time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		if err := r.sink.Write(ctx, &pipeline.Message{Data: []byte("x"), Attributes: map[string]string{"k": "b"}}); !errors.Is(err, context.DeadlineExceeded) {
+		if err := r.sink.Write(ctx, &sink.Message{Data: []byte("x"), Attributes: map[string]string{"k": "b"}}); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("write behind a held request: %v, want its deadline", err)
 		}
 		close(release)

@@ -1,4 +1,8 @@
-package pipeline
+// Package sink is the contract between the dedup pipeline and where its
+// survivors go: a Message, a Sink that writes it durably, and ErrPermanent
+// for a write that retrying cannot fix. The sinks themselves live beside
+// it: topic (a Pub/Sub topic), postgres (a keyed upsert) and stdout.
+package sink
 
 import (
 	"context"
