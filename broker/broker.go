@@ -13,6 +13,7 @@ import (
 	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -139,7 +140,7 @@ func (b *Broker) Register(s *grpc.Server) {
 // answer one that comes a little early with GOAWAY).
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(maxRequestBytes + 1<<20),
+		grpc.MaxRecvMsgSize(limits.RequestBytes + 1<<20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 30 * time.Second, PermitWithoutStream: true}),
 	}
 }

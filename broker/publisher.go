@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -206,8 +207,8 @@ func (p *publisherServer) Publish(ctx context.Context, req *pb.PublishRequest) (
 		sizes[i] = n
 		total += n
 	}
-	if total > maxRequestBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "publish request carries %d bytes, the limit is %d", total, maxRequestBytes)
+	if total > limits.RequestBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "publish request carries %d bytes, the limit is %d", total, limits.RequestBytes)
 	}
 	// Encoded before the lock is taken, so that other requests do not wait
 	// for it.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -172,7 +173,7 @@ func (r *reader) message() *message {
 	m.key = r.string()
 	data := r.bytes()
 	n := r.uvarint()
-	if n > maxAttributes*2 {
+	if n > limits.Attributes*2 {
 		r.err = errCorrupt
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -169,7 +170,7 @@ func (srv *subscriberServer) Pull(ctx context.Context, req *pb.PullRequest) (*pb
 		}
 		b.fireTimersLocked(b.nowNanos())
 		deadline := time.Duration(s.proto.AckDeadlineSeconds) * time.Second
-		ds := b.deliverLocked(s, int(min(req.MaxMessages, 10000)), maxRequestBytes, deadline, nil, nil)
+		ds := b.deliverLocked(s, int(min(req.MaxMessages, 10000)), limits.RequestBytes, deadline, nil, nil)
 		if len(ds) > 0 || req.ReturnImmediately { //nolint:staticcheck // still sent by old clients
 			b.mu.Unlock()
 			msgs := make([]*pb.ReceivedMessage, len(ds))
