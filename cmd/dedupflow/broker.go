@@ -5,52 +5,63 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/dedupflow/dedupflow/broker"
 )
 
+// brokerConfig is what `dedupflow broker` is told.
+type brokerConfig struct {
+	listen  string
+	dataDir string
+	noSync  bool
+	verbose bool
+	log     logFlags
+}
+
+func (b *brokerConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&b.listen, "listen", "127.0.0.1:8085", "`host:port` to serve gRPC on (port 0 picks a free one)")
+	fs.StringVar(&b.dataDir, "data-dir", "", "`dir`ectory that makes topics, subscriptions and unacknowledged messages durable; empty keeps everything in memory")
+	fs.BoolVar(&b.noSync, "no-sync", false, "with --data-dir, skip fsync: messages survive the process dying, not a power loss")
+	fs.BoolVar(&b.verbose, "v", false, "log debug messages (as --log-level debug)")
+	b.log.register(fs)
+}
+
 // runBroker serves a Pub/Sub-compatible broker until ctx is cancelled
 // (SIGINT/SIGTERM), then shuts it down gracefully.
 func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8085", "`host:port` to serve gRPC on (port 0 picks a free one)")
-	dataDir := fs.String("data-dir", "", "`dir`ectory that makes topics, subscriptions and unacknowledged messages durable; empty keeps everything in memory")
-	noSync := fs.Bool("no-sync", false, "with --data-dir, skip fsync: messages survive the process dying, not a power loss")
-	verbose := fs.Bool("v", false, "log debug messages")
+	var cfg brokerConfig
+	fs := newFlags("broker", stderr)
+	cfg.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: dedupflow broker [--listen host:port] [--data-dir DIR] [--no-sync] [-v]")
 		fmt.Fprintln(stderr, "\nServes the google.pubsub.v1 API; point clients at it with PUBSUB_EMULATOR_HOST.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return fmt.Errorf("broker: unexpected arguments %q", fs.Args())
+	if cfg.verbose {
+		cfg.log.level = "debug"
 	}
-	level := slog.LevelInfo
-	if *verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-
-	b, err := broker.New(broker.Options{DataDir: *dataDir, NoSync: *noSync, Logger: log, Now: time.Now})
+	log, err := cfg.log.logger(stderr)
 	if err != nil {
 		return err
 	}
-	addr, err := b.Listen(*listen)
+
+	b, err := broker.New(broker.Options{DataDir: cfg.dataDir, NoSync: cfg.noSync, Logger: log, Now: time.Now})
+	if err != nil {
+		return err
+	}
+	addr, err := b.Listen(cfg.listen)
 	if err != nil {
 		b.Close()
 		return err
 	}
 	durability := "in memory"
-	if *dataDir != "" {
-		durability = "data in " + *dataDir
-		if *noSync {
+	if cfg.dataDir != "" {
+		durability = "data in " + cfg.dataDir
+		if cfg.noSync {
 			durability += " (no fsync)"
 		}
 	}
