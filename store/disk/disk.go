@@ -85,12 +85,12 @@
 //
 // # Memory, expiry and reopen
 //
-// The index costs about 40 bytes per live key or pending claim (32-byte
-// entries in an open-addressing table kept 72-90% full), the database
-// about 28 per key. Expired keys are removed from the index by the ordered
-// sweep, which follows each write (no extra fsync) and runs every
-// SweepEvery when the store is idle; that tick also walks a stretch of
-// each table for lapsed claims.
+// The index is store/mem's table (store/internal/table): about 30 bytes
+// per live key or pending claim, the database about 28 per key. Expired
+// keys and lapsed claims are removed from the index by a cursor that every
+// new claim moves a few slots on and, when the store is idle, every
+// SweepEvery; from the database by the ordered sweep, which follows each
+// write (no extra fsync) and runs on the same tick.
 // "Now" for the sweep is the latest Claim.Now seen, so expiry follows the
 // injected clock, never the wall clock. Reopening 10M live keys took
 // 2.2-2.9 s (2.2-2.6 CPU-seconds) at load 4-7, most of it building the index
@@ -102,11 +102,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/store/internal/table"
 )
 
 // MaxHorizon is the longest horizon this store accepts. Nothing in the file
@@ -132,32 +132,19 @@ type Options struct {
 }
 
 // shardBits: 256 shards keep lock contention low with a thousand callers
-// and, more to the point, keep each shard's map small enough (40k keys at
-// 10M) to be built from cache when the file is loaded (see load).
+// and, more to the point, keep each shard's table small enough (40k keys
+// at 10M) to be built from cache when the database is loaded (see load).
 const shardBits = 8
 
 // Store is the disk store. Open it with Open; close it with Close.
 type Store struct {
 	log    *slog.Logger
-	shards [1 << shardBits]shard
+	set    *table.Set // committed keys and pending claims
 	w      *writer
 	closed atomic.Bool
 }
 
-type shard struct {
-	mu  sync.Mutex
-	idx index // committed keys and pending claims
-	// now is the latest Claim.Now seen (Unix ns), the sweep's clock.
-	// Written under mu, read without it: the writer reads every shard's
-	// for each batch, and taking 256 locks that callers hold took it
-	// ~0.2 ms a batch, with the next batch waiting.
-	now atomic.Int64
-	// walk is where the next dropExpired of idx starts.
-	walk int
-	_    [32]byte
-}
-
-// rec is a committed key in the index.
+// rec is a committed key as the database holds it.
 type rec struct {
 	exp int64 // Unix ns
 	tag uint32
@@ -183,41 +170,12 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) shard(k dedup.Key) *shard { return &s.shards[k.Hi()>>(64-shardBits)] }
-
 // Claim implements dedup.Store.
 func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
 	if s.closed.Load() {
 		return dedup.Verdict{}, ErrClosed
 	}
-	now := c.Now.UnixNano()
-	sh := s.shard(c.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if now > sh.now.Load() {
-		sh.now.Store(now)
-	}
-	tag := dedup.MsgTag(c.MsgID)
-	claim := entry{hi: c.Key.Hi(), lo: c.Key.Lo(), exp: c.LeaseUntil.UnixNano(), tag: tag, claim: true}
-	i := sh.idx.find(c.Key)
-	if i < 0 {
-		sh.idx.add(claim)
-		return dedup.Verdict{Status: dedup.Proceed}, nil
-	}
-	e := &sh.idx.slots[i]
-	switch {
-	case now >= e.exp: // expired commit or lapsed claim: the claim takes the slot
-	case e.claim: // a live claim, whoever holds it
-		return dedup.Verdict{Status: dedup.InFlight}, nil
-	default:
-		kind := dedup.Republish
-		if e.tag == tag {
-			kind = dedup.Redelivery
-		}
-		return dedup.Verdict{Status: dedup.Duplicate, Kind: kind}, nil
-	}
-	*e = claim
-	return dedup.Verdict{Status: dedup.Proceed}, nil
+	return s.set.Claim(c.Key, dedup.MsgTag(c.MsgID), c.Now.UnixNano(), c.LeaseUntil.UnixNano()), nil
 }
 
 // Commit implements dedup.Store. It returns once the key is durable (see
@@ -229,18 +187,8 @@ func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires t
 	if err := s.w.put(ctx, k, r); err != nil {
 		return fmt.Errorf("commit key %s: %w", k, err)
 	}
-	sh := s.shard(k)
-	sh.mu.Lock()
-	sh.setDone(k, r) // done now, whoever held the lease
-	sh.mu.Unlock()
+	s.set.Commit(k, r.tag, r.exp) // done now, whoever held the lease
 	return nil
-}
-
-// setDone records a committed key in place of its claim, if any. Of two
-// commits the later expiry wins, in memory as on reload, so a store
-// answers the same before and after a restart.
-func (sh *shard) setDone(k dedup.Key, r rec) {
-	sh.idx.setLater(k, r)
 }
 
 // Release implements dedup.Store. The claim is told by its message-ID tag,
@@ -249,78 +197,31 @@ func (s *Store) Release(_ context.Context, k dedup.Key, msgID string) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	tag := dedup.MsgTag(msgID)
-	sh := s.shard(k)
-	sh.mu.Lock()
-	if i := sh.idx.find(k); i >= 0 && sh.idx.slots[i].claim && sh.idx.slots[i].tag == tag {
-		sh.idx.remove(i)
-	}
-	sh.mu.Unlock()
+	s.set.Release(k, dedup.MsgTag(msgID))
 	return nil
 }
 
 // Len is the number of keys held, pending claims and committed keys that
 // expired but were not swept yet included.
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += sh.idx.n
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (s *Store) Len() int { return s.set.Len() }
 
-// now is the sweep's clock: the latest Claim.Now any shard has seen, or 0.
-func (s *Store) now() int64 {
-	var n int64
-	for i := range s.shards {
-		n = max(n, s.shards[i].now.Load())
-	}
-	return n
-}
-
-// forget drops swept keys from the index unless a later commit replaced
-// them.
-func (s *Store) forget(swept []sweptKey) {
-	for _, x := range swept {
-		sh := s.shard(x.k)
-		sh.mu.Lock()
-		if i := sh.idx.find(x.k); i >= 0 && !sh.idx.slots[i].claim && sh.idx.slots[i].exp == x.exp {
-			sh.idx.remove(i)
-		}
-		sh.mu.Unlock()
-	}
-}
-
-// walkSlots is how many slots of each shard one dropStaleClaims looks at:
-// 1M slots (32 MiB) a tick in all, so a 10M-key index is walked in about
-// 12 ticks, a small one at every tick.
+// walkSlots is how many slots of each shard one idle tick sweeps: 1M slots
+// (24 MiB) a tick in all, so a 10M-key index is walked in about 12 ticks,
+// a small one at every tick. Claims that insert sweep as they go; the tick
+// is for a store that is idle, whose lapsed claims and expired keys would
+// otherwise stay.
 const walkSlots = 4096
 
-// dropStaleClaims forgets claims whose lease ended by now, so claims that
-// were never committed nor released (their caller gave up) do not pile up.
-// A claim past its lease answers exactly as an absent one would. They sit
-// among the committed keys, so each call walks a bounded stretch of every
-// table, from where the last one stopped.
-func (s *Store) dropStaleClaims(now int64) {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.walk = sh.idx.dropExpired(sh.walk, min(walkSlots, len(sh.idx.slots)), now)
-		sh.mu.Unlock()
-	}
-}
-
-// Sweep deletes every key that expired by now from the file and the index
-// and returns how many it deleted. The store sweeps by itself; Sweep is for
-// tests and tools.
+// Sweep deletes every key that expired by now from the database and the
+// index and returns how many records it deleted from the database. The
+// store sweeps by itself; Sweep is for tests and tools.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (int, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
-	return s.w.sweepAll(ctx, now.UnixNano())
+	n, err := s.w.sweepAll(ctx, now.UnixNano())
+	s.set.Sweep(-1, now.UnixNano())
+	return n, err
 }
 
 // Close flushes queued commits, stops the writer and closes the file.

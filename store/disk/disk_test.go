@@ -128,7 +128,7 @@ func TestSweepReadsOnlyExpired(t *testing.T) {
 		}
 		k := dedup.KeyOf(fmt.Sprint(i))
 		g.keys, g.recs = append(g.keys, k), append(g.recs, r)
-		s.shard(k).setDone(k, r)
+		s.set.Commit(k, r.tag, r.exp)
 	}
 	for _, g := range groups {
 		if s.w.write(g, 0); g.err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/store/internal/table"
 )
 
 // The store holds one entry per group commit: the key is the largest
@@ -55,7 +56,7 @@ func getRec(b []byte) (dedup.Key, rec) {
 	copy(k[:], b)
 	return k, rec{
 		exp: int64(binary.BigEndian.Uint64(b[16:])),
-		tag: max(binary.LittleEndian.Uint32(b[24:]), 1), // 0 marks a free slot in the index
+		tag: binary.LittleEndian.Uint32(b[24:]),
 	}
 }
 
@@ -93,8 +94,8 @@ type writer struct {
 	// guards what follows.
 	txMu sync.Mutex
 	seq  uint64
-	// swept: every group below this key has been swept from the index
-	// (nil: none yet). Sweeps start here, so they never step over the
+	// swept: every group below this key has been swept (nil: none
+	// yet). Sweeps start here, so they never step over the
 	// swept groups still in the file.
 	swept []byte
 	// nextExp: no group the sweep has not read yet expires before this
@@ -122,11 +123,6 @@ type group struct {
 	recs []rec
 	done chan struct{} // closed when err is set
 	err  error
-}
-
-type sweptKey struct {
-	k   dedup.Key
-	exp int64
 }
 
 func newGroup() *group { return &group{done: make(chan struct{})} }
@@ -268,9 +264,9 @@ func (w *writer) load(ctx context.Context) (int, error) {
 		for half := range 2 { // shards are independent: both cores
 			indexer.Go(func() {
 				for i := half * nshards / 2; i < (half+1)*nshards/2; i++ {
-					sh := &w.s.shards[i]
+					t := w.s.set.Shard(i) // not shared yet: no lock
 					for _, r := range parts[i] {
-						sh.setDone(r.k, r.rec) // not shared yet: no lock
+						t.Commit(r.k, r.tag, r.exp)
 					}
 					parts[i] = parts[i][:0]
 				}
@@ -301,10 +297,7 @@ func (w *writer) load(ctx context.Context) (int, error) {
 	if err := it.Error(); err != nil {
 		return 0, err
 	}
-	per := n / nshards
-	for i := range w.s.shards {
-		w.s.shards[i].idx = newIndex(per + per/16)
-	}
+	w.s.set = table.NewSet(shardBits, n+n/16)
 	cur, inChunk := 0, 0
 	parts := &bufs[cur]
 	for ok := it.First(); ok; ok = it.Next() {
@@ -312,7 +305,7 @@ func (w *writer) load(ctx context.Context) (int, error) {
 		inChunk += len(v) / recLen
 		for ; len(v) > 0; v = v[recLen:] {
 			key, r := getRec(v)
-			i := key.Hi() >> (64 - shardBits)
+			i := w.s.set.ShardOf(key)
 			parts[i] = append(parts[i], loadRec{key, r})
 		}
 		if inChunk >= chunk {
@@ -395,9 +388,9 @@ func (w *writer) loop() {
 		case <-w.stop:
 			stopping = true // closed is set: this take gets the last group
 		}
-		now := w.s.now()
+		now := w.s.set.Now()
 		if tick {
-			w.s.dropStaleClaims(now)
+			w.s.set.Sweep(walkSlots, now)
 		}
 		g := w.take()
 		more := w.write(g, now)
@@ -420,8 +413,8 @@ func (w *writer) loop() {
 
 // write commits a group as one entry in one batch: one Set of one
 // contiguous value, however many commits share it. Then it sweeps up to
-// twice as many expired records as it added, so the index shrinks as fast
-// as it grows. It reports whether expired groups remain.
+// twice as many expired records as it added, so the database shrinks as
+// fast as it grows. It reports whether expired groups remain.
 func (w *writer) write(g *group, now int64) (more bool) {
 	w.txMu.Lock()
 	defer w.txMu.Unlock()
@@ -448,9 +441,8 @@ func (w *writer) write(g *group, now int64) (more bool) {
 		w.log.Error("state file sweep failed", "err", err)
 		return false
 	}
-	w.s.forget(swept)
-	if len(swept) > 0 {
-		w.log.Debug("swept expired keys", "n", len(swept))
+	if swept > 0 {
+		w.log.Debug("swept expired keys", "n", swept)
 	}
 	return more
 }
@@ -493,9 +485,9 @@ func (w *writer) commit(g *group) error {
 // more. A group lives until its last record expires: the index judges each
 // record by its own expiry, so the others only linger, by about the lease
 // at most. The swept groups stay in the file until excise cuts them.
-func (w *writer) sweep(now int64, limit int) ([]sweptKey, bool, error) {
+func (w *writer) sweep(now int64, limit int) (int, bool, error) {
 	if now < w.nextExp {
-		return nil, false, nil
+		return 0, false, nil
 	}
 	lower := w.swept
 	if lower == nil {
@@ -503,9 +495,9 @@ func (w *writer) sweep(now int64, limit int) ([]sweptKey, bool, error) {
 	}
 	it, err := w.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: groupsEnd})
 	if err != nil {
-		return nil, false, err
+		return 0, false, err
 	}
-	var swept []sweptKey
+	swept := 0
 	var last []byte
 	more := false
 	w.nextExp = 1<<63 - 1
@@ -516,20 +508,17 @@ func (w *writer) sweep(now int64, limit int) ([]sweptKey, bool, error) {
 			w.nextExp = groupExp(k)
 			break
 		}
-		if len(swept) > 0 && len(swept)+len(v)/recLen > limit {
+		if swept > 0 && swept+len(v)/recLen > limit {
 			w.nextExp = groupExp(k)
 			more = true
 			break
 		}
 		w.unexcised += int64(len(v))
-		for ; len(v) >= recLen; v = v[recLen:] {
-			key, r := getRec(v)
-			swept = append(swept, sweptKey{k: key, exp: r.exp})
-		}
+		swept += len(v) / recLen
 		last = append(last[:0], k...)
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return nil, false, err
+		return 0, false, err
 	}
 	if last != nil {
 		w.swept = append(last, 0) // the key right after the last one swept
@@ -574,8 +563,7 @@ func (w *writer) sweepAll(ctx context.Context, now int64) (int, error) {
 		if err != nil {
 			return total, fmt.Errorf("sweep state file: %w", err)
 		}
-		w.s.forget(swept)
-		total += len(swept)
+		total += swept
 		if !more {
 			return total, w.excise(true)
 		}
