@@ -20,7 +20,7 @@ func (e *env) benchBroker(ctx context.Context) error {
 	}
 	vars := []string{fmt.Sprintf("BROKER_BENCH_N=%d", n), fmt.Sprintf("BROKER_BENCH_EMULATOR_N=%d", emuN),
 		fmt.Sprintf("BROKER_BENCH_PSTEST_N=%d", psN)}
-	subs := []string{"ours-memory", "pstest"}
+	subs := []string{"ours-memory", "ours-filter-half", "pstest"}
 	if _, err := os.Stat(e.cfg.emulator); err != nil {
 		e.markAbsent(fmt.Sprintf("Google's Pub/Sub emulator: %s not found (Debian: apt-get install google-cloud-cli-pubsub-emulator openjdk-17-jre-headless); the broker was compared with pstest only", e.cfg.emulator))
 	} else {
@@ -37,14 +37,17 @@ func (e *env) benchBroker(ctx context.Context) error {
 		return err
 	}
 	const ours = "dedupflow broker (in memory)"
-	names := map[string]string{"ours-memory": ours, "emulator": "Google Pub/Sub emulator", "pstest": "pstest (in process)"}
-	sizes := map[string]int{"ours-memory": n, "emulator": emuN, "pstest": psN}
+	names := map[string]string{"ours-memory": ours, "emulator": "Google Pub/Sub emulator", "pstest": "pstest (in process)",
+		"ours-filter-half": "dedupflow broker, a filter passing half"}
+	sizes := map[string]int{"ours-memory": n, "ours-filter-half": n, "emulator": emuN, "pstest": psN}
 	for _, m := range []struct{ unit, group string }{{"pub-msg/s", "publish"}, {"recv-msg/s", "streaming pull + ack"}} {
 		for _, s := range subs {
 			r := row{section: "broker", group: m.group, name: names[s], ours: s == "ours-memory",
 				count: fmt.Sprintf("%s messages of 100 B + 2 attributes", inum(sizes[s])), unit: "msg/s",
 				values: metricRuns(lines, "BenchmarkEndToEnd/"+s, m.unit)}
 			switch {
+			case s == "ours-filter-half":
+				r.peer = ours // what the filter costs; streaming pull counts the half delivered
 			case r.ours && contains(subs, "emulator"):
 				r.peer = names["emulator"]
 			case r.ours:

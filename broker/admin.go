@@ -59,6 +59,10 @@ func (b *Broker) putSubLocked(id uint64, t *topic, firstSeq uint64, sp *pb.Subsc
 		delete(s.topic.subs, s.id)
 		s.topic.updateRetainFor()
 	}
+	if s.proto.GetFilter() != sp.Filter {
+		// checkSubscriptionConfig already parsed it, so this cannot fail.
+		s.filter, _ = parseFilter(sp.Filter)
+	}
 	s.proto, s.topic = sp, t
 	if t != nil {
 		t.subs[id] = s

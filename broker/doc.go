@@ -34,8 +34,15 @@
 // CloudPubSubDeadLetterSource* attributes the emulator adds; exactly-once
 // subscriptions reject acks and modacks of expired ack IDs with the
 // ErrorInfo metadata ("PERMANENT_FAILURE_INVALID_ACK_ID") the clients read.
-// Not supported: snapshots, filters, push/BigQuery/Cloud Storage
-// subscriptions, schemas; those calls answer Unimplemented.
+// Subscription filters use the service's language (filter.go); each is
+// parsed once, when the subscription is created or loaded, and applied when
+// a message is queued: a message the filter rejects is acknowledged there and
+// then, so no delivery path (Pull, StreamingPull, push) sees it and it
+// counts toward neither the backlog nor dead-lettering. Matching walks the
+// encoded attributes and allocates nothing.
+//
+// Not supported: snapshots, push/BigQuery/Cloud Storage subscriptions,
+// schemas; those calls answer Unimplemented.
 //
 // # Durability
 //

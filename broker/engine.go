@@ -36,6 +36,11 @@ func (b *Broker) publishLocked(t *topic, body []byte, key string, size int, now 
 
 func (b *Broker) fanoutLocked(t *topic, m *message) {
 	for _, s := range t.subs {
+		// A message the filter rejects is acknowledged at once, as in the
+		// service: it is never queued, so every delivery path skips it.
+		if !s.filter.match(m.body) {
+			continue
+		}
 		s.held++
 		s.enqueueLocked(item{m: m}, false)
 		s.notify()
@@ -316,8 +321,10 @@ func (b *Broker) seekLocked(s *subscription, target int64) {
 	}
 	msgs := slices.SortedFunc(maps.Values(keep), func(a, b *message) int { return cmpSeq(a.seq, b.seq) })
 	for _, m := range msgs {
-		s.held++
-		s.enqueueLocked(item{m: m}, false)
+		if s.filter.match(m.body) {
+			s.held++
+			s.enqueueLocked(item{m: m}, false)
+		}
 	}
 	s.notify()
 }

@@ -80,8 +80,8 @@ func checkSubscriptionConfig(s *pb.Subscription) error {
 			return status.Errorf(codes.InvalidArgument, "retry_policy: backoffs must satisfy 0 <= minimum (%v) <= maximum (%v) <= %v", lo, hi, defaultMaxBackoff)
 		}
 	}
-	if s.Filter != "" {
-		return status.Error(codes.Unimplemented, "subscription filters are not supported by this broker")
+	if _, err := parseFilter(s.Filter); err != nil {
+		return status.Errorf(codes.InvalidArgument, "invalid filter %q: %v", s.Filter, err)
 	}
 	if s.PushConfig.GetPushEndpoint() != "" || s.BigqueryConfig != nil || s.CloudStorageConfig != nil {
 		return status.Error(codes.Unimplemented, "push, BigQuery and Cloud Storage subscriptions are not supported by this broker")

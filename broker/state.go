@@ -93,8 +93,9 @@ type topic struct {
 type subscription struct {
 	id       uint64
 	proto    *pb.Subscription
-	topic    *topic // nil once the topic is deleted or the sub detached
-	firstSeq uint64 // messages with a lower seq predate the subscription
+	topic    *topic  // nil once the topic is deleted or the sub detached
+	firstSeq uint64  // messages with a lower seq predate the subscription
+	filter   *filter // nil: every message; parsed once, from proto.Filter
 	ready    deque[item]
 	keys     map[string]*keyState
 	leases   map[uint64]*lease

@@ -88,7 +88,8 @@ func (srv *subscriberServer) UpdateSubscription(ctx context.Context, req *pb.Upd
 	}
 	sp := proto.Clone(s.proto).(*pb.Subscription)
 	// Ordering cannot change: queued messages are laid out for one mode.
-	err = applyMask(sp, req.Subscription, req.UpdateMask, "name", "topic", "enable_message_ordering", "state", "detached")
+	// The filter is fixed at creation, as in the service.
+	err = applyMask(sp, req.Subscription, req.UpdateMask, "name", "topic", "enable_message_ordering", "filter", "state", "detached")
 	if err == nil {
 		err = checkSubscriptionConfig(sp)
 	}

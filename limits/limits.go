@@ -29,6 +29,8 @@ const (
 	// schema ID.
 	MinIDLen = 3
 	MaxIDLen = 255
+	// FilterBytes bounds a subscription's filter expression.
+	FilterBytes = 256
 	// Reserved starts attribute keys and resource IDs that only the
 	// service may use.
 	Reserved = "goog"

@@ -1,0 +1,308 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+)
+
+// filterMessages are the attribute sets the filter tests publish; a case
+// lists the indexes that pass.
+var filterMessages = []map[string]string{
+	0: {"lang": "en", "name": "com"},
+	1: {"lang": "en", "name": "net"},
+	2: {"lang": "cn", "name": "com"},
+	3: {"lang": "jp"},
+	4: {"name": "co"},
+	5: {"iana.org/language_tag": "en", "name": "contains\"quote"},
+	6: {"lang": "de-AT", "tab": "a\tb"},
+	7: {"name": "€uro", "x": ""},
+}
+
+func TestFilterTable(t *testing.T) {
+	for _, c := range []struct {
+		filter string
+		want   []int
+	}{
+		{`attributes:lang`, []int{0, 1, 2, 3, 6}},
+		{`attributes:"lang"`, []int{0, 1, 2, 3, 6}},
+		{`attributes:nope`, nil},
+		{`attributes.lang = "en"`, []int{0, 1}},
+		{`attributes.lang="en"`, []int{0, 1}},
+		{`attributes.lang != "en"`, []int{2, 3, 4, 5, 6, 7}}, // != is true when the key is absent
+		{`attributes.name = "contains\"quote"`, []int{5}},
+		{`attributes."iana.org/language_tag" = "en"`, []int{5}},
+		{`attributes:"iana.org/language_tag"`, []int{5}},
+		{`attributes.tab = "a\tb"`, []int{6}},
+		{`attributes.tab = "a\x09b"`, []int{6}},
+		{`attributes.tab = "a\011b"`, []int{6}},
+		{`attributes.name = "\u20acuro"`, []int{7}},
+		{`attributes.x = ""`, []int{7}},
+		{`hasPrefix(attributes.name, "co")`, []int{0, 2, 4, 5}},
+		{`hasPrefix( attributes."name" , "" )`, []int{0, 1, 2, 4, 5, 7}},
+		{`hasPrefix(attributes.lang, "de-")`, []int{6}},
+		{`NOT attributes:name`, []int{3, 6}},
+		{`-attributes:name`, []int{3, 6}},
+		{`NOT NOT attributes:name`, []int{0, 1, 2, 4, 5, 7}},
+		{`attributes.name = "com" AND -attributes:"lang"`, nil},
+		{`attributes.lang = "en" AND attributes.name = "com"`, []int{0}},
+		{`attributes.lang = "en" OR attributes.lang = "jp" OR attributes:x`, []int{0, 1, 3, 7}},
+		{`(NOT attributes:name) OR attributes.name = "co"`, []int{3, 4, 6}},
+		{`NOT (attributes:name OR attributes.lang = "jp")`, []int{6}},
+		{`attributes:lang AND (attributes.name = "com" OR attributes.name = "net")`, []int{0, 1, 2}},
+		{`(attributes.lang = "en" AND attributes.name = "net") OR (attributes.lang = "cn")`, []int{1, 2}},
+		{"attributes:lang\n\tAND\nattributes:name", []int{0, 1, 2}},
+		{`attributes:lang-x`, nil}, // '-' belongs to the key
+	} {
+		f, err := parseFilter(c.filter)
+		if err != nil {
+			t.Errorf("%s: %v", c.filter, err)
+			continue
+		}
+		var got []int
+		for i, attrs := range filterMessages {
+			if f.match(encodeBody([]byte("d"), attrs)) {
+				got = append(got, i)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: passes %v, want %v", c.filter, got, c.want)
+		}
+	}
+}
+
+func TestFilterSyntaxErrors(t *testing.T) {
+	for _, c := range []struct{ filter, want string }{
+		{`attributes.name = "com" AND attributes:a OR attributes:b`, `at offset 41: AND and OR cannot be mixed without parentheses`},
+		{`attributes:a OR attributes:b AND attributes:c`, `at offset 29: AND and OR cannot be mixed`},
+		{`attributes.name = $`, `at offset 18: expected a string in double quotes, found '$'`},
+		{`attributes.name = `, `at offset 18: expected a string in double quotes, found end of filter`},
+		{`attributes.name = com`, `expected a string in double quotes, found "com"`},
+		{`(attributes.name = "com"`, `at offset 24: expected ')', found end of filter`},
+		{`hasPrefix(attributes.name)`, `at offset 25: expected ',' after the key in hasPrefix`},
+		{`hasPrefix("x", "y")`, `hasPrefix takes attributes.KEY first`},
+		{`attributes:a and attributes:b`, `at offset 13: "and": the operators AND, OR and NOT are written in upper case`},
+		{`attributes.name == "x"`, `at offset 17: expected a string in double quotes, found '='`},
+		{`attributes.name > "x"`, `at offset 16: expected = or != after attributes.name, found '>'`},
+		{`attributes.name = "unterminated`, `at offset 18: the string that starts here has no closing quote`},
+		{`attributes.name = "bad \q escape"`, `at offset 23: invalid escape in a string`},
+		{`attributes:`, `at offset 11: expected an attribute key, found end of filter`},
+		{`attrs:a`, `at offset 0: expected attributes:KEY, attributes.KEY, hasPrefix(...), NOT or '(', found "attrs"`},
+		{`attributes:a attributes:b`, `at offset 13: unexpected "attributes"`},
+		{`attributes`, `at offset 10: expected ':' or '.' after attributes, found end of filter`},
+		{`NOT`, `at offset 3: expected attributes:KEY`},
+		{`data = "x"`, `at offset 0: expected attributes:KEY`},
+		{`attributes.a = "x")`, `at offset 18: unexpected ')'`},
+		{`attributes:a AND`, `at offset 16: expected attributes:KEY`},
+		{"attributes:" + strings.Repeat("k", 246), `the filter is 257 bytes, the limit is 256`},
+	} {
+		_, err := parseFilter(c.filter)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got error %v, want one containing %q", c.filter, err, c.want)
+		}
+	}
+	if f, err := parseFilter("attributes:" + strings.Repeat("k", 245)); err != nil || f == nil {
+		t.Errorf("a filter of exactly 256 bytes: %v", err)
+	}
+}
+
+func TestFilterMatchAllocatesNothing(t *testing.T) {
+	f, err := parseFilter(`attributes:lang AND (hasPrefix(attributes.name, "co") OR attributes.x != "y") AND NOT attributes.lang = "jp"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := encodeBody([]byte("data"), filterMessages[0])
+	if n := testing.AllocsPerRun(1000, func() { f.match(body) }); n != 0 {
+		t.Errorf("match allocates %v times per message, want 0", n)
+	}
+}
+
+// BenchmarkFilterMatch measures one match of a filter with four terms
+// against a message with three attributes.
+func BenchmarkFilterMatch(b *testing.B) {
+	f, err := parseFilter(`attributes:lang AND (hasPrefix(attributes.name, "co") OR attributes.x != "y") AND NOT attributes.lang = "jp"`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := encodeBody([]byte("data"), map[string]string{"lang": "en", "name": "com", "id": "12345"})
+	b.ReportAllocs()
+	for b.Loop() {
+		f.match(body)
+	}
+}
+
+// TestFilterSideBySide creates the same filtered subscriptions on our
+// broker and on pstest, publishes the same messages, and compares what
+// each subscription delivers.
+func TestFilterSideBySide(t *testing.T) {
+	filters := []string{
+		`attributes:lang`,
+		`attributes.lang = "en"`,
+		`attributes.lang != "en"`,
+		`hasPrefix(attributes.name, "co")`,
+		`NOT attributes:name`,
+		`attributes.name = "com" AND -attributes:"lang"`,
+		`(NOT attributes:name) OR attributes.name = "co"`,
+		`NOT (attributes:name OR attributes.lang = "jp")`,
+		`attributes.name = "contains\"quote"`,
+	}
+	var mu sync.Mutex
+	got := map[string][][]int{}
+	// Run waits for the parallel subtests that forEachTarget starts.
+	t.Run("deliver", func(t *testing.T) {
+		forEachTarget(t, []string{"pstest"}, func(t *testing.T, tg target) {
+			c := newClient(t, tg.addr)
+			topic := createTopic(t, c)
+			subs := make([]string, len(filters))
+			for i, f := range filters {
+				subs[i] = createSub(t, c, &pb.Subscription{Topic: topic, Filter: f}).Name
+			}
+			var msgs []*pubsub.Message
+			for i, attrs := range filterMessages {
+				a := map[string]string{"idx": fmt.Sprint(i)}
+				for k, v := range attrs {
+					a[k] = v
+				}
+				msgs = append(msgs, &pubsub.Message{Data: []byte("m"), Attributes: a})
+			}
+			publish(t, c, topic, msgs...)
+			var res [][]int
+			for _, sub := range subs {
+				res = append(res, pullAllIdx(t, c, sub))
+			}
+			mu.Lock()
+			got[tg.name] = res
+			mu.Unlock()
+		})
+	})
+	if t.Failed() {
+		return
+	}
+	if len(got["ours"][0]) == 0 {
+		t.Fatalf("%s delivered nothing", filters[0])
+	}
+	for i, f := range filters {
+		if !slices.Equal(got["ours"][i], got["pstest"][i]) {
+			t.Errorf("%s: ours delivers %v, pstest %v", f, got["ours"][i], got["pstest"][i])
+		}
+	}
+}
+
+// pullAllIdx pulls and acks until the subscription has nothing more and
+// returns the sorted "idx" attributes it delivered.
+func pullAllIdx(t *testing.T, c *pubsub.Client, sub string) []int {
+	t.Helper()
+	ctx := context.Background()
+	var idx []int
+	for empty := 0; empty < 3; {
+		r, err := c.SubscriptionAdminClient.Pull(ctx, &pb.PullRequest{Subscription: sub, MaxMessages: 100, ReturnImmediately: true}) //nolint:staticcheck
+		if err != nil {
+			t.Fatalf("pull %s: %v", sub, err)
+		}
+		if len(r.ReceivedMessages) == 0 {
+			empty++
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		var ack []string
+		for _, m := range r.ReceivedMessages {
+			var n int
+			fmt.Sscan(m.Message.Attributes["idx"], &n)
+			idx = append(idx, n)
+			ack = append(ack, m.AckId)
+		}
+		if err := c.SubscriptionAdminClient.Acknowledge(ctx, &pb.AcknowledgeRequest{Subscription: sub, AckIds: ack}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(idx)
+	return idx
+}
+
+// TestFilterRejected: what the service rejects. pstest accepts filters
+// that mix AND and OR without parentheses and filters over 256 bytes; the
+// service's documentation rejects both, and so do we.
+func TestFilterRejected(t *testing.T) {
+	c := newClient(t, startOurs(t, Options{}).addr)
+	ctx := context.Background()
+	topic := createTopic(t, c)
+	for _, f := range []string{
+		`attributes:a AND attributes:b OR attributes:c`,
+		"attributes:" + strings.Repeat("k", 300),
+		`attributes.a = x`,
+	} {
+		_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: subName(unique("s")), Topic: topic, AckDeadlineSeconds: 10, Filter: f})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "invalid filter") {
+			t.Errorf("filter %.40q: got %v, want InvalidArgument naming the filter", f, err)
+		}
+	}
+	sub := createSub(t, c, &pb.Subscription{Topic: topic, Filter: `attributes:a`})
+	_, err := c.SubscriptionAdminClient.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: sub.Name, Filter: `attributes:b`},
+		UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"filter"}},
+	})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"filter"`) {
+		t.Errorf("update of the filter: got %v, want InvalidArgument naming the field", err)
+	}
+}
+
+// TestFilterSkipsDeliveryAndDeadLetter: a message the filter rejects is
+// acknowledged at once: StreamingPull never sees it, it is not held in the
+// backlog, and it never reaches the dead-letter topic, however often the
+// matching messages are nacked.
+func TestFilterSkipsDeliveryAndDeadLetter(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	topic := createTopic(t, c)
+	dlTopic := createTopic(t, c)
+	dl := createSub(t, c, &pb.Subscription{Topic: dlTopic})
+	sub := createSub(t, c, &pb.Subscription{Topic: topic, Filter: `attributes.kind = "keep"`,
+		DeadLetterPolicy: &pb.DeadLetterPolicy{DeadLetterTopic: dlTopic, MaxDeliveryAttempts: 5}})
+	var msgs []*pubsub.Message
+	for i := range 10 {
+		kind := "drop"
+		if i%2 == 0 {
+			kind = "keep"
+		}
+		msgs = append(msgs, &pubsub.Message{Data: []byte("x"), Attributes: map[string]string{"kind": kind, "idx": fmt.Sprint(i)}})
+	}
+	publish(t, c, topic, msgs...)
+	tg.ours.mu.Lock()
+	held := tg.ours.subs[sub.Name].held
+	tg.ours.mu.Unlock()
+	if held != 5 {
+		t.Errorf("the subscription holds %d messages, want the 5 that match", held)
+	}
+	seen := map[string]int{}
+	receive(t, c, sub.Name, 30*time.Second, nil, func(m *pubsub.Message) (bool, bool) {
+		if m.Attributes["kind"] != "keep" {
+			t.Errorf("message %s delivered although the filter rejects it", m.Attributes["idx"])
+		}
+		seen[m.Attributes["idx"]]++
+		return false, len(seen) == 5 && minCount(seen) >= 5
+	})
+	got := pullAllIdx(t, c, dl.Name)
+	if !slices.Equal(got, []int{0, 2, 4, 6, 8}) {
+		t.Errorf("dead-lettered %v, want only the matching messages 0 2 4 6 8", got)
+	}
+}
+
+func minCount(m map[string]int) int {
+	n := -1
+	for _, v := range m {
+		if n < 0 || v < n {
+			n = v
+		}
+	}
+	return n
+}
