@@ -73,11 +73,40 @@ type Verdict struct {
 	Waited time.Duration
 }
 
+// Record is a store's record of a key, as Judge reads it; the zero Record
+// is an absent key.
+type Record struct {
+	// Until is when the record ends, in the store's own unit of time: the
+	// expiry of a committed key, the end of a pending claim's lease.
+	Until int64
+	// Pending: the key is claimed, not committed.
+	Pending bool
+	// Tag is the MsgTag of the message that committed the key.
+	Tag uint32
+}
+
+// Judge is the claim verdict of the Store contract, the one every Go store
+// gives: for a claim at now (in r.Until's unit) by the message whose MsgTag
+// is tag, a record that ended (or is absent) is Proceed, a live claim
+// InFlight, a live commit a Duplicate, a redelivery when tag is the
+// committer's. On Proceed the store then holds the key for the claimant.
+func Judge(r Record, now int64, tag uint32) Verdict {
+	switch {
+	case now >= r.Until:
+		return Verdict{Status: Proceed}
+	case r.Pending:
+		return Verdict{Status: InFlight}
+	case r.Tag == tag:
+		return Verdict{Status: Duplicate, Kind: Redelivery}
+	}
+	return Verdict{Status: Duplicate, Kind: Republish}
+}
+
 // Store keeps the dedup horizon. Each method is atomic per key. Times are
 // passed in rather than read from a clock so every store agrees with the
 // injected one.
 //
-// Claim: committed and live → Duplicate; absent or expired → Proceed
+// Claim (the verdict is Judge's): committed and live → Duplicate; absent or expired → Proceed
 // (pending, leased to MsgID); pending with a live lease → InFlight, even
 // for the same MsgID; pending with an expired lease → Proceed (taken over).
 //

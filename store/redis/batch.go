@@ -15,7 +15,8 @@ import (
 
 // Claim script, for the claims that must overwrite a record (see the
 // package doc). It decides again on the server, atomically: the record may
-// have changed since SET NX GET read it.
+// have changed since SET NX GET read it. Its decision is dedup.Judge's,
+// written in Lua: keep the two alike.
 // KEYS[1] key; ARGV: message ID, message tag, now ms, lease-until ms, TTL ms.
 // Returns 1 proceed, 2 duplicate (redelivery), 3 duplicate (republish),
 // 4 in flight.
@@ -278,19 +279,14 @@ func (o *op) judge(v string) (script bool, err error) {
 	if perr != nil {
 		return false, fmt.Errorf("unexpected value %q at %s: %w", v, o.key, perr)
 	}
-	rest := v[c+1:]
-	switch {
-	case v[0] == 'd' && o.now < at:
-		o.verdict = dedup.Verdict{Status: dedup.Duplicate, Kind: dedup.Republish}
-		if t, err := strconv.ParseUint(rest, 10, 32); err == nil && uint32(t) == dedup.MsgTag(o.msgID) {
-			o.verdict.Kind = dedup.Redelivery
-		}
-		return false, nil
-	case v[0] == 'p' && o.now < at:
-		o.verdict.Status = dedup.InFlight
-		return false, nil
+	r := dedup.Record{Until: at, Pending: v[0] == 'p'}
+	if !r.Pending {
+		// A tag that does not parse matches no message: a republish.
+		t, _ := strconv.ParseUint(v[c+1:], 10, 32)
+		r.Tag = uint32(t)
 	}
-	return true, nil
+	o.verdict = dedup.Judge(r, o.now, dedup.MsgTag(o.msgID))
+	return o.verdict.Status == dedup.Proceed, nil
 }
 
 // scripts runs the claim and release scripts for ops, by EVALSHA, and by

@@ -83,17 +83,12 @@ func (t *Table) Claim(k dedup.Key, tag uint32, now, leaseUntil int64) dedup.Verd
 	i, d, found := t.locate(claim.hi, claim.lo)
 	if found {
 		e := &t.slots[i]
-		switch {
-		case e.until() <= at: // expired commit or lapsed claim: the claim takes the slot
-		case e.pending(): // a live claim, whoever holds it
-			return dedup.Verdict{Status: dedup.InFlight}
-		case e.tag() == tag&tagMask:
-			return dedup.Verdict{Status: dedup.Duplicate, Kind: dedup.Redelivery}
-		default:
-			return dedup.Verdict{Status: dedup.Duplicate, Kind: dedup.Republish}
+		r := dedup.Record{Until: int64(e.until()), Pending: e.pending(), Tag: e.tag()}
+		v := dedup.Judge(r, int64(at), tag&tagMask)
+		if v.Status == dedup.Proceed { // an expired commit or a lapsed claim: the claim takes the slot
+			e.meta = claim.meta
 		}
-		e.meta = claim.meta
-		return dedup.Verdict{Status: dedup.Proceed}
+		return v
 	}
 	if t.sweep(sweepPer, t.now) || t.full() {
 		// The sweep or the growth moved slots: look for the place again.
