@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/audit"
+	"github.com/dedupflow/dedupflow/internal/backoff"
 	"github.com/dedupflow/dedupflow/internal/outcome"
 )
 
@@ -61,6 +62,24 @@ type metrics struct {
 	horizon   func() int // live keys, when the store can tell
 	audit     func() audit.Stats
 	watermark func() (time.Time, bool)
+	deps      []dependency // what Ready is made of, for dedupflow_dependency_up
+}
+
+// dependency is one thing the pipeline needs to answer, as
+// dedupflow_dependency_up{dependency} names it.
+type dependency struct {
+	name    string
+	tracker *backoff.Tracker
+}
+
+// watch exports the trackers Ready reads as dedupflow_dependency_up, so an
+// alert can say which dependency took readiness away; the dead-letter topic
+// only when there is one.
+func (m *metrics) watch(store, sink, deadLetter *backoff.Tracker, hasDeadLetter bool) {
+	m.deps = []dependency{{"store", store}, {"sink", sink}}
+	if hasDeadLetter {
+		m.deps = append(m.deps, dependency{"dead_letter", deadLetter})
+	}
 }
 
 func newMetrics() *metrics {
@@ -97,6 +116,8 @@ func since(t time.Time, now time.Time) float64 { return now.Sub(t).Seconds() }
 
 var (
 	descHorizon = prometheus.NewDesc("dedupflow_horizon_keys", "Keys held in the dedup horizon.", nil, nil)
+	descUp      = prometheus.NewDesc("dedupflow_dependency_up",
+		"1 while the dependency answers; 0 from a failure until it answers again (/readyz is ready while all are 1).", []string{"dependency"}, nil)
 
 	descLateSuspected = prometheus.NewDesc("dedupflow_late_duplicates_suspected_total",
 		"Emitted messages whose key the audit filter saw beyond the dedup horizon (marked dedupflow_late_duplicate=probable; also counted as emitted).", nil, nil)
@@ -115,6 +136,7 @@ var (
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.Counter.Describe(ch)
 	ch <- descHorizon
+	ch <- descUp
 	ch <- descLateSuspected
 	ch <- descTooLate
 	ch <- descWatermark
@@ -132,6 +154,13 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.Counter.Collect(ch)
 	if m.horizon != nil {
 		ch <- prometheus.MustNewConstMetric(descHorizon, prometheus.GaugeValue, float64(m.horizon()))
+	}
+	for _, d := range m.deps {
+		up := 0.0
+		if d.tracker.Ready() {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, d.name)
 	}
 	ch <- prometheus.MustNewConstMetric(descLateSuspected, prometheus.CounterValue, float64(m.lateSuspected.Load()))
 	ch <- prometheus.MustNewConstMetric(descTooLate, prometheus.CounterValue, float64(m.tooLate.Load()))

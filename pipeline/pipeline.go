@@ -165,6 +165,7 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 	p.store = backoff.NewTracker("dedup store", "nacking and backing off", p.log, d.Now)
 	p.out = backoff.NewTracker("sink", "nacking and backing off", p.log, d.Now)
 	p.dlOut = backoff.NewTracker("dead-letter topic", "nacking invalid messages and backing off", p.log, d.Now)
+	p.m.watch(p.store, p.out, p.dlOut, d.DeadLetter != nil)
 	if d.Registerer != nil {
 		if err := d.Registerer.Register(p.m); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
