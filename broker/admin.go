@@ -41,6 +41,7 @@ func (b *Broker) deleteTopicLocked(t *topic) {
 		s.topic = nil
 		s.proto.Topic = deletedTopic
 	}
+	detachSnapshotsLocked(t)
 	delete(b.topics, t.proto.Name)
 	delete(b.topicByID, t.id)
 }
@@ -136,6 +137,20 @@ func page(names []string, size int32, token string) ([]string, string, error) {
 		next = strconv.Itoa(end)
 	}
 	return names[start:end], next, nil
+}
+
+// listPage returns a page of the resources of kind in project, copies of
+// what msg returns, and the next page token.
+func listPage[T any, P proto.Message](m map[string]T, project, kind string, size int32, token string, msg func(T) P) ([]P, string, error) {
+	names, next, err := page(namesIn(m, project, kind), size, token)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]P, 0, len(names))
+	for _, n := range names {
+		out = append(out, proto.Clone(msg(m[n])).(P))
+	}
+	return out, next, nil
 }
 
 func namesIn[T any](m map[string]T, project, kind string) []string {

@@ -55,6 +55,8 @@ type Broker struct {
 	subs      map[string]*subscription
 	topicByID map[uint64]*topic
 	subByID   map[uint64]*subscription
+	snaps     map[string]*snapshot
+	snapByID  map[uint64]*snapshot
 	nextSeq   uint64 // next message ID
 	nextID    uint64 // next internal topic/subscription ID
 	nextLease uint64
@@ -95,6 +97,8 @@ func New(opts Options) (*Broker, error) {
 		subs:      map[string]*subscription{},
 		topicByID: map[uint64]*topic{},
 		subByID:   map[uint64]*subscription{},
+		snaps:     map[string]*snapshot{},
+		snapByID:  map[uint64]*snapshot{},
 		nextSeq:   1,
 		nextID:    1,
 		closing:   make(chan struct{}),
@@ -270,6 +274,7 @@ func (b *Broker) runTimers() {
 		now := b.nowNanos()
 		b.fireTimersLocked(now)
 		b.pruneRetainedLocked(now)
+		b.pruneSnapshotsLocked(now)
 		sleep := maxSleep
 		if len(b.timers) > 0 {
 			sleep = min(max(time.Duration(b.timers[0].at-now), time.Millisecond), maxSleep)

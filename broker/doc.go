@@ -41,14 +41,20 @@
 // counts toward neither the backlog nor dead-lettering. Matching walks the
 // encoded attributes and allocates nothing.
 //
-// Not supported: snapshots, push/BigQuery/Cloud Storage subscriptions,
-// schemas; those calls answer Unimplemented.
+// Snapshots (snapshot.go) keep pointers to the shared messages: the
+// subscription's unacknowledged ones when it is taken, then every message
+// published to the topic, until it expires 7 days minus the age of the
+// oldest message it kept, as the service documents; seeking to one queues
+// exactly those messages (that the subscription's filter passes) again.
+//
+// Not supported: push/BigQuery/Cloud Storage subscriptions, schemas; those
+// calls answer Unimplemented.
 //
 // # Durability
 //
 // With Options.DataDir the broker writes an append-only log of its state
-// changes (topic and subscription configuration, publishes, acks, seeks)
-// and answers a Publish only after its records are written and fsynced.
+// changes (topic, subscription and snapshot configuration, publishes, acks,
+// seeks) and answers a Publish only after its records are written and fsynced.
 // (A subscriber may see a message a moment before it is durable; if the
 // broker dies in that moment, the publisher got no answer and retries.)
 // Acks are logged but not waited for, except on exactly-once

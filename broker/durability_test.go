@@ -118,31 +118,42 @@ func TestRestartKeepsState(t *testing.T) {
 	}
 }
 
-// TestKill9 kills a broker process with SIGKILL while publishers are
-// running, restarts it on the same data dir, and checks that every
-// publish that was acknowledged and not yet consumed is delivered.
-func TestKill9(t *testing.T) {
+// buildBrokerd builds the broker process the crash tests kill.
+func buildBrokerd(t *testing.T) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "brokerd")
 	if out, err := exec.Command("go", "build", "-o", bin, "./internal/brokerd").CombinedOutput(); err != nil {
 		t.Fatalf("build brokerd: %v\n%s", err, out)
 	}
-	dir := t.TempDir()
-	start := func() (*exec.Cmd, string) {
-		cmd := exec.Command(bin, "--data-dir", dir)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil {
-			t.Fatalf("read broker address: %v", err)
-		}
-		return cmd, line[:len(line)-1]
+	return bin
+}
+
+// startBrokerd starts it on dir and returns it with its address.
+func startBrokerd(t *testing.T, bin, dir string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(bin, "--data-dir", dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("read broker address: %v", err)
+	}
+	return cmd, line[:len(line)-1]
+}
+
+// TestKill9 kills a broker process with SIGKILL while publishers are
+// running, restarts it on the same data dir, and checks that every
+// publish that was acknowledged and not yet consumed is delivered.
+func TestKill9(t *testing.T) {
+	bin := buildBrokerd(t)
+	dir := t.TempDir()
+	start := func() (*exec.Cmd, string) { return startBrokerd(t, bin, dir) }
 	cmd, addr := start()
 	c := newClient(t, addr)
 	topic := createTopic(t, c)

@@ -48,6 +48,9 @@ func (b *Broker) fanoutLocked(t *topic, m *message) {
 	if t.retainFor > 0 {
 		t.retained.pushBack(m)
 	}
+	for _, sn := range t.snaps {
+		sn.msgs.pushBack(m)
+	}
 }
 
 // deliverLocked leases up to maxMsgs messages of s, stopping before maxBytes

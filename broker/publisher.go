@@ -117,15 +117,11 @@ func (p *publisherServer) ListTopics(_ context.Context, req *pb.ListTopicsReques
 	b := p.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	names, next, err := page(namesIn(b.topics, project, "topics"), req.PageSize, req.PageToken)
+	topics, next, err := listPage(b.topics, project, "topics", req.PageSize, req.PageToken, func(t *topic) *pb.Topic { return t.proto })
 	if err != nil {
 		return nil, err
 	}
-	resp := &pb.ListTopicsResponse{NextPageToken: next}
-	for _, n := range names {
-		resp.Topics = append(resp.Topics, proto.Clone(b.topics[n].proto).(*pb.Topic))
-	}
-	return resp, nil
+	return &pb.ListTopicsResponse{Topics: topics, NextPageToken: next}, nil
 }
 
 func (p *publisherServer) ListTopicSubscriptions(_ context.Context, req *pb.ListTopicSubscriptionsRequest) (*pb.ListTopicSubscriptionsResponse, error) {
@@ -151,10 +147,15 @@ func (p *publisherServer) ListTopicSubscriptions(_ context.Context, req *pb.List
 func (p *publisherServer) ListTopicSnapshots(_ context.Context, req *pb.ListTopicSnapshotsRequest) (*pb.ListTopicSnapshotsResponse, error) {
 	p.b.mu.Lock()
 	defer p.b.mu.Unlock()
-	if _, err := p.topic(req.Topic); err != nil {
+	t, err := p.topic(req.Topic)
+	if err != nil {
 		return nil, err
 	}
-	return &pb.ListTopicSnapshotsResponse{}, nil
+	names, next, err := page(p.b.topicSnapshotsLocked(t), req.PageSize, req.PageToken)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.ListTopicSnapshotsResponse{Snapshots: names, NextPageToken: next}, nil
 }
 
 func (p *publisherServer) DeleteTopic(ctx context.Context, req *pb.DeleteTopicRequest) (*emptypb.Empty, error) {

@@ -14,15 +14,18 @@ import (
 // uvarints and length-prefixed bytes; configuration travels as the
 // resource's protobuf, so new fields survive without a format change.
 const (
-	recTopic     byte = 1 // id, Topic proto: create or update
-	recTopicDel  byte = 2 // id
-	recSub       byte = 3 // id, topic id (0: none), first seq, Subscription proto
-	recSubDel    byte = 4 // id
-	recPublish   byte = 5 // message, fanned out to the topic's subscriptions at that point
-	recAck       byte = 6 // sub id, seq: the subscription is done with the message
-	recSeek      byte = 7 // sub id, target time
-	recHeld      byte = 8 // checkpoint: message, retained flag, ids of the subs holding it
-	recCounters  byte = 9 // checkpoint: next seq, next id
+	recTopic     byte = 1  // id, Topic proto: create or update
+	recTopicDel  byte = 2  // id
+	recSub       byte = 3  // id, topic id (0: none), first seq, Subscription proto
+	recSubDel    byte = 4  // id
+	recPublish   byte = 5  // message, fanned out to the topic's subscriptions at that point
+	recAck       byte = 6  // sub id, seq: the subscription is done with the message
+	recSeek      byte = 7  // sub id, target time
+	recHeld      byte = 8  // checkpoint: message, retained flag, ids of the subs holding it
+	recCounters  byte = 9  // checkpoint: next seq, next id
+	recSnap      byte = 10 // snapshot create or update, see appendSnap
+	recSnapDel   byte = 11 // id
+	recSeekSnap  byte = 12 // sub id, snapshot id
 	maxRecordLen      = 64 << 20
 )
 
@@ -242,8 +245,11 @@ func (b *Broker) applyRecord(p []byte) error {
 		retained := r.uvarint() == 1
 		n := r.uvarint()
 		for i := uint64(0); i < n && r.err == nil; i++ {
-			if s := b.subByID[r.uvarint()]; s != nil {
+			id := r.uvarint()
+			if s := b.subByID[id]; s != nil {
 				s.replay[m.seq] = m
+			} else if sn := b.snapByID[id]; sn != nil {
+				sn.msgs.pushBack(m) // records come in publish order
 			}
 		}
 		if r.err == nil {
@@ -262,6 +268,19 @@ func (b *Broker) applyRecord(p []byte) error {
 		if s != nil && r.err == nil {
 			b.seekLocked(s, target)
 		}
+	case recSnap:
+		if err := b.applySnapRecord(r); err != nil {
+			return err
+		}
+	case recSnapDel:
+		if sn := b.snapByID[r.uvarint()]; sn != nil {
+			b.deleteSnapshotLocked(sn)
+		}
+	case recSeekSnap:
+		s, sn := b.subByID[r.uvarint()], b.snapByID[r.uvarint()]
+		if s != nil && sn != nil && r.err == nil {
+			b.seekSnapshotLocked(s, sn)
+		}
 	default:
 		return fmt.Errorf("unknown record type %d", p[0])
 	}
@@ -272,8 +291,9 @@ func (b *Broker) applyRecord(p []byte) error {
 }
 
 // checkpoint encodes the whole live state as records: counters, topics,
-// subscriptions, then every message somebody still holds, once, with the
-// subscriptions that hold it. Replaying it rebuilds the state exactly.
+// subscriptions, snapshots, then every message somebody still holds, once,
+// with the subscriptions and snapshots that hold it. Replaying it rebuilds
+// the state exactly.
 func (b *Broker) checkpoint(emit func(typ byte, enc func([]byte) []byte) error) error {
 	if err := emit(recCounters, func(d []byte) []byte {
 		return binary.AppendUvarint(binary.AppendUvarint(d, b.nextSeq), b.nextID)
@@ -307,6 +327,9 @@ func (b *Broker) checkpoint(emit func(typ byte, enc func([]byte) []byte) error) 
 	}
 	for _, s := range subs {
 		s.forEachHeld(func(m *message) { h := get(m); h.subs = append(h.subs, s.id) })
+	}
+	if err := b.checkpointSnapshots(emit, func(m *message, id uint64) { h := get(m); h.subs = append(h.subs, id) }); err != nil {
+		return err
 	}
 	for _, t := range b.topicByID {
 		for i := 0; i < t.retained.len(); i++ {

@@ -88,6 +88,7 @@ type topic struct {
 	subs      map[uint64]*subscription
 	retained  deque[*message] // kept for Seek, in publish order
 	retainFor time.Duration
+	snaps     map[uint64]*snapshot // snapshots taken of its subscriptions
 }
 
 type subscription struct {

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
-// subscriberServer implements google.pubsub.v1.Subscriber. Snapshots are
-// not supported and answer Unimplemented.
+// subscriberServer implements google.pubsub.v1.Subscriber (snapshots are in
+// snapshot.go).
 type subscriberServer struct {
 	pb.UnimplementedSubscriberServer
 	b *Broker
@@ -115,15 +115,11 @@ func (srv *subscriberServer) ListSubscriptions(_ context.Context, req *pb.ListSu
 	b := srv.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	names, next, err := page(namesIn(b.subs, project, "subscriptions"), req.PageSize, req.PageToken)
+	subs, next, err := listPage(b.subs, project, "subscriptions", req.PageSize, req.PageToken, func(s *subscription) *pb.Subscription { return s.proto })
 	if err != nil {
 		return nil, err
 	}
-	resp := &pb.ListSubscriptionsResponse{NextPageToken: next}
-	for _, n := range names {
-		resp.Subscriptions = append(resp.Subscriptions, proto.Clone(b.subs[n].proto).(*pb.Subscription))
-	}
-	return resp, nil
+	return &pb.ListSubscriptionsResponse{Subscriptions: subs, NextPageToken: next}, nil
 }
 
 func (srv *subscriberServer) DeleteSubscription(ctx context.Context, req *pb.DeleteSubscriptionRequest) (*emptypb.Empty, error) {
@@ -273,22 +269,26 @@ func (srv *subscriberServer) ModifyAckDeadline(_ context.Context, req *pb.Modify
 
 func (srv *subscriberServer) Seek(ctx context.Context, req *pb.SeekRequest) (*pb.SeekResponse, error) {
 	var target time.Time
+	snap, isSnap := req.Target.(*pb.SeekRequest_Snapshot)
 	switch v := req.Target.(type) {
 	case *pb.SeekRequest_Time:
 		target = v.Time.AsTime()
 	case *pb.SeekRequest_Snapshot:
-		return nil, status.Error(codes.Unimplemented, "snapshots are not supported by this broker; seek to a time instead")
 	default:
 		return nil, status.Error(codes.InvalidArgument, "seek needs a time or a snapshot")
 	}
 	b := srv.b
 	b.mu.Lock()
 	s, err := srv.subscription(req.Subscription)
+	if err == nil && isSnap {
+		err = srv.seekToSnapshotLocked(s, snap.Snapshot)
+	} else if err == nil {
+		b.seekLocked(s, target.UnixNano())
+	}
 	if err != nil {
 		b.mu.Unlock()
 		return nil, err
 	}
-	b.seekLocked(s, target.UnixNano())
 	off := b.offsetLocked()
 	b.mu.Unlock()
 	return &pb.SeekResponse{}, durable(ctx, b, off)
