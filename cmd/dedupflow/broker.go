@@ -5,8 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/broker"
 )
 
@@ -17,6 +21,26 @@ type brokerConfig struct {
 	noSync  bool
 	verbose bool
 	log     logFlags
+	// Created before the broker serves.
+	project   string
+	topics    listFlag
+	subs      listFlag // TOPIC:SUBSCRIPTION
+	bootstrap string
+}
+
+// listFlag is a flag that repeats; each value may also be a comma-separated
+// list, so that one DEDUPFLOW_* variable can name several (IDs hold no commas).
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
 }
 
 func (b *brokerConfig) register(fs *flag.FlagSet) {
@@ -25,6 +49,53 @@ func (b *brokerConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&b.noSync, "no-sync", false, "with --data-dir, skip fsync: messages survive the process dying, not a power loss")
 	fs.BoolVar(&b.verbose, "v", false, "log debug messages (as --log-level debug)")
 	b.log.register(fs)
+	fs.StringVar(&b.project, "project", "", "project of short IDs in --topic, --subscription and --bootstrap")
+	fs.Var(&b.topics, "topic", "`topic` to create before serving (repeats; ID or projects/P/topics/T)")
+	fs.Var(&b.subs, "subscription", "`topic:subscription` to create before serving, with the topic (repeats)")
+	fs.StringVar(&b.bootstrap, "bootstrap", "", "YAML or JSON `file` of Pub/Sub REST API Topic and Subscription resources to create before serving")
+}
+
+// resources gathers what the flags and the bootstrap file ask for.
+func (b *brokerConfig) resources() (*broker.Resources, error) {
+	r := &broker.Resources{}
+	if b.bootstrap != "" {
+		data, err := os.ReadFile(b.bootstrap)
+		if err != nil {
+			return nil, fmt.Errorf("--bootstrap: %w", err)
+		}
+		if r, err = broker.ParseResources(data, b.project); err != nil {
+			return nil, fmt.Errorf("--bootstrap %s: %w", b.bootstrap, err)
+		}
+	}
+	fr := &broker.Resources{}
+	for _, t := range b.topics {
+		fr.Topics = append(fr.Topics, &pb.Topic{Name: t})
+	}
+	for _, ts := range b.subs {
+		t, s, ok := strings.Cut(ts, ":")
+		if !ok || t == "" || s == "" {
+			return nil, fmt.Errorf("--subscription %q: want TOPIC:SUBSCRIPTION", ts)
+		}
+		fr.Topics = append(fr.Topics, &pb.Topic{Name: t})
+		fr.Subscriptions = append(fr.Subscriptions, &pb.Subscription{Name: s, Topic: t})
+	}
+	if err := fr.Qualify(b.project); err != nil {
+		return nil, fmt.Errorf("--topic/--subscription: %w", err)
+	}
+	r.Topics = appendNew(r.Topics, fr.Topics...)
+	r.Subscriptions = append(r.Subscriptions, fr.Subscriptions...)
+	return r, nil
+}
+
+// appendNew appends the topics not already named, so that --subscription
+// T:S after --topic T, or T from the file, asks for T once.
+func appendNew(have []*pb.Topic, more ...*pb.Topic) []*pb.Topic {
+	for _, t := range more {
+		if !slices.ContainsFunc(have, func(h *pb.Topic) bool { return h.Name == t.Name }) {
+			have = append(have, t)
+		}
+	}
+	return have
 }
 
 // runBroker serves a Pub/Sub-compatible broker until ctx is cancelled
@@ -35,7 +106,10 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: dedupflow broker [--listen host:port] [--data-dir DIR] [--no-sync] [-v]")
+		fmt.Fprintln(stderr, "         [--project P] [--topic T]... [--subscription T:S]... [--bootstrap FILE]")
 		fmt.Fprintln(stderr, "\nServes the google.pubsub.v1 API; point clients at it with PUBSUB_EMULATOR_HOST.")
+		fmt.Fprintln(stderr, "Topics and subscriptions the flags and the file name exist before it serves; one that")
+		fmt.Fprintln(stderr, "exists already must have the same configuration.")
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {
@@ -48,10 +122,21 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	res, err := cfg.resources()
+	if err != nil {
+		return err
+	}
 
 	b, err := broker.New(broker.Options{DataDir: cfg.dataDir, NoSync: cfg.noSync, Logger: log, Now: time.Now})
 	if err != nil {
 		return err
+	}
+	if err := b.Ensure(ctx, res); err != nil {
+		b.Close()
+		return err
+	}
+	if n := len(res.Topics) + len(res.Subscriptions); n > 0 {
+		log.Info("topics and subscriptions ready", "topics", len(res.Topics), "subscriptions", len(res.Subscriptions))
 	}
 	addr, err := b.Listen(cfg.listen)
 	if err != nil {
