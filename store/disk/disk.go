@@ -187,7 +187,6 @@ func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires t
 	if err := s.w.put(ctx, k, r); err != nil {
 		return fmt.Errorf("commit key %s: %w", k, err)
 	}
-	s.set.Commit(k, r.tag, r.exp) // done now, whoever held the lease
 	return nil
 }
 

@@ -427,6 +427,12 @@ func (w *writer) write(g *group, now int64) (more bool) {
 			g.err = fmt.Errorf("write state file: %w: %w", dedup.ErrUnavailable, g.err)
 		}
 	}
+	if g.err == nil {
+		// Done now, whoever held the lease: the keys are durable.
+		for i, k := range g.keys {
+			w.s.set.Commit(k, g.recs[i].tag, g.recs[i].exp)
+		}
+	}
 	close(g.done)
 	w.spareKeys, w.spareRecs = g.keys, g.recs // no one reads them now
 	if g.err != nil {

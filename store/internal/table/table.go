@@ -139,10 +139,7 @@ func (t *Table) Sweep(k int, now int64) {
 // Slots is the table's size, for callers that sweep all of it.
 func (t *Table) Slots() int { return len(t.slots) }
 
-func (t *Table) home(lo uint64) int {
-	h, _ := bits.Mul64(lo, uint64(len(t.slots)))
-	return int(h)
-}
+func (t *Table) home(lo uint64) int { return int(hiMul(lo, len(t.slots))) }
 
 func (t *Table) dist(i int, e *entry) int {
 	d := i - t.home(e.lo)
@@ -235,15 +232,45 @@ func (t *Table) sweep(k int, now uint64) (removed bool) {
 	return removed
 }
 
+// resize moves the entries to a table of size slots. A key's home is
+// monotone in its hash in a table of any size, so the old table, read in
+// order, is (but for the ties of a home and the stretch that wrapped past
+// its end) already in the new table's order: most entries go straight to
+// the slot after the last one placed, or their home if that is further,
+// with no probing and no displacement.
 func (t *Table) resize(size int) {
 	old := t.slots
 	t.slots = make([]entry, size)
 	t.n, t.cursor = 0, 0
+	last, lastHome := -1, 0
+	var wrapped []entry
 	for i := range old {
-		if !old[i].empty() {
-			t.insert(old[i])
+		e := old[i]
+		if e.empty() {
+			continue
 		}
+		if h := int(hiMul(e.lo, len(old))); h > i {
+			wrapped = append(wrapped, e) // its stretch wrapped: placed last
+			continue
+		}
+		h := t.home(e.lo)
+		at := max(h, last+1)
+		if h < lastHome || at >= size || !t.slots[at].empty() {
+			t.insert(e)
+			continue
+		}
+		t.slots[at] = e
+		t.n++
+		last, lastHome = at, h
 	}
+	for _, e := range wrapped {
+		t.insert(e)
+	}
+}
+
+func hiMul(lo uint64, n int) uint64 {
+	h, _ := bits.Mul64(lo, uint64(n))
+	return h
 }
 
 // rebase shifts every expiry down by delta ticks, dropping those that end
