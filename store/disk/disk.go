@@ -105,6 +105,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/store/internal/table"
 )
@@ -129,6 +131,8 @@ type Options struct {
 	// SweepEvery is how often an idle store deletes expired keys; commits
 	// sweep as they go. Default 1s.
 	SweepEvery time.Duration
+
+	fs vfs.FS // Pebble's file system, for tests that inject faults; nil is the disk
 }
 
 // shardBits: 256 shards keep lock contention low with a thousand callers

@@ -71,6 +71,7 @@ func groupKey(b []byte, exp int64, seq uint64) {
 // grouping concurrent commits into one batch, and the sweep.
 type writer struct {
 	s     *Store
+	path  string
 	db    *pebble.DB
 	wo    *pebble.WriteOptions
 	log   *slog.Logger
@@ -79,6 +80,9 @@ type writer struct {
 	mu     sync.Mutex
 	cur    *group
 	closed bool
+	// failed is the error of a write the database could not make; every
+	// commit after it fails with it (see write).
+	failed error
 	// spareKeys and spareRecs are the slices of the last group written,
 	// for the next group to fill: growing fresh ones by append for every
 	// group of hundreds of commits cost more than the write's syscalls.
@@ -132,8 +136,24 @@ type pebbleLog struct{ log *slog.Logger }
 
 func (l pebbleLog) Infof(format string, args ...any)  { l.log.Debug(fmt.Sprintf(format, args...)) }
 func (l pebbleLog) Errorf(format string, args ...any) { l.log.Error(fmt.Sprintf(format, args...)) }
+
+// Fatalf is how Pebble reports a write it could not make (its commit
+// pipeline cannot go on after one): it panics with a fatal, which the
+// writer recovers from as an error; from any other goroutine it ends the
+// process, as Pebble expects.
 func (l pebbleLog) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("state file: "+format, args...))
+	f := fatal{msg: fmt.Sprintf(format, args...)}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			f.err = err
+		}
+	}
+	panic(f)
+}
+
+type fatal struct {
+	msg string
+	err error // the cause among Fatalf's arguments, if any
 }
 
 func openWriter(ctx context.Context, path string, opt Options, s *Store) (*writer, error) {
@@ -154,6 +174,7 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 	o := &pebble.Options{
 		Lock:               lock,
 		Logger:             pebbleLog{opt.Logger},
+		FS:                 opt.fs,
 		FormatMajorVersion: pebble.FormatNewest, // Excise needs virtual tables
 		// Small memtables: Pebble reuses a memtable's memory and its WAL
 		// file once their size stops doubling (from 256 KB); fresh ones
@@ -170,7 +191,7 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 		return nil, fmt.Errorf("open state directory %s: %w", path, err)
 	}
 	w := &writer{
-		s: s, db: db, log: opt.Logger, every: opt.SweepEvery,
+		s: s, path: path, db: db, log: opt.Logger, every: opt.SweepEvery,
 		wo:   pebble.Sync,
 		cur:  newGroup(),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), exited: make(chan struct{}),
@@ -339,6 +360,10 @@ func (w *writer) put(ctx context.Context, k dedup.Key, r rec) error {
 		w.mu.Unlock()
 		return ErrClosed
 	}
+	if w.failed != nil {
+		w.mu.Unlock()
+		return w.failed
+	}
 	g := w.cur
 	g.keys = append(g.keys, k)
 	g.recs = append(g.recs, r)
@@ -421,10 +446,13 @@ func (w *writer) write(g *group, now int64) (more bool) {
 	if len(g.keys) > 0 {
 		g.err = w.commit(g)
 		if g.err != nil {
-			// A failed write (disk full, I/O error) may heal: callers
-			// nack and retry rather than drop.
-			w.log.Error("state file write failed", "keys", len(g.keys), "err", g.err)
-			g.err = fmt.Errorf("write state file: %w: %w", dedup.ErrUnavailable, g.err)
+			// Pebble cannot go on after a write it could not make (a full
+			// or read-only disk, a directory that is gone, an I/O error):
+			// only reopening the database, which a restart does, heals it.
+			g.err = fmt.Errorf("write database %s: %w: %w", w.path, dedup.ErrFatal, g.err)
+			w.mu.Lock()
+			w.failed = g.err
+			w.mu.Unlock()
 		}
 	}
 	if g.err == nil {
@@ -453,7 +481,19 @@ func (w *writer) write(g *group, now int64) (more bool) {
 	return more
 }
 
-func (w *writer) commit(g *group) error {
+func (w *writer) commit(g *group) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(fatal)
+			if !ok {
+				panic(r)
+			}
+			err = f.err
+			if err == nil {
+				err = errors.New(f.msg)
+			}
+		}
+	}()
 	var maxExp int64
 	for _, r := range g.recs {
 		maxExp = max(maxExp, r.exp)

@@ -241,10 +241,10 @@ func (b *batcher) exec(batch []*op) {
 			cmds[i] = releaseScript.EvalSha(ctx, pipe, []string{o.key}, o.msgID)
 		}
 	}
-	_, _ = pipe.Exec(ctx) // errors are per command, read below
+	_, perr := pipe.Exec(ctx)
 	var again []*op
 	for i, o := range batch {
-		err := cmds[i].Err()
+		err := replyErr(cmds[i], perr)
 		switch {
 		case o.kind == opClaim && err == goredis.Nil:
 			o.verdict.Status = dedup.Proceed // the key was free; SET NX took it
@@ -307,7 +307,11 @@ func (b *batcher) scripts(ctx context.Context, ops []*op) {
 				cmds[i] = sc.EvalSha(ctx, pipe, []string{o.key}, args...)
 			}
 		}
-		_, _ = pipe.Exec(ctx)
+		if _, perr := pipe.Exec(ctx); perr != nil {
+			for _, cmd := range cmds {
+				cmd.SetErr(replyErr(cmd, perr))
+			}
+		}
 		return cmds
 	}
 	cmds := run(false, ops)
@@ -324,6 +328,18 @@ func (b *batcher) scripts(ctx context.Context, ops []*op) {
 			missing[i].scripted(cmd)
 		}
 	}
+}
+
+// replyErr is cmd's error in a pipeline whose Exec returned perr. Errors
+// are per command, except that go-redis leaves every command of a pipeline
+// unanswered and without an error when the connection itself failed with a
+// server reply (a WRONGPASS on reconnect): such a command has no value, and
+// perr is its error.
+func replyErr(cmd *goredis.Cmd, perr error) error {
+	if err := cmd.Err(); err != nil || perr == nil || cmd.Val() != nil {
+		return err
+	}
+	return perr
 }
 
 // scripted answers an op from its script's reply.

@@ -66,4 +66,13 @@ func TestCluster(t *testing.T) {
 			t.Errorf("node %d holds %d keys (%v): keys do not spread", i, n, err)
 		}
 	}
+
+	// A cluster node read without cluster=true answers MOVED for the keys
+	// of other nodes: a misconfiguration, which retrying cannot fix.
+	plain := open(t, fmt.Sprintf("redis://127.0.0.1:%d", ports[0]), Options{})
+	var err error
+	for i := 0; i < 30 && err == nil; i++ {
+		err = claimNew(plain, fmt.Sprint("plain", i))
+	}
+	fatal(t, "claims through a plain client on a cluster node", err)
 }

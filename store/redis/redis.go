@@ -39,7 +39,9 @@
 // slot co-location are needed.
 //
 // Errors from an unreachable or recovering server wrap dedup.ErrUnavailable
-// (callers nack and back off); the client reconnects by itself.
+// (callers nack and back off); the client reconnects by itself. Replies that
+// retrying cannot fix (a refused password or permission, a database that
+// does not exist) wrap dedup.ErrFatal (see classify).
 package redis
 
 import (
@@ -309,11 +311,14 @@ func (s *Store) Close() error {
 	return err
 }
 
-// classify wraps errors worth retrying later in dedup.ErrUnavailable:
-// anything that is not a reply from the server (refused, reset, timeout,
-// closed pool) and the replies of a server that is starting, failing over
-// or out of memory. Other replies (a wrong password, a bug in a script)
-// are returned as they are: retrying will not fix them.
+// classify tells the two kinds of failure apart. Errors worth retrying
+// later wrap dedup.ErrUnavailable: anything that is not a reply from the
+// server (refused, reset, timeout, closed pool) and the replies of a
+// server that is starting, failing over, full or out of memory. Replies
+// that retrying cannot fix wrap dedup.ErrFatal: refused credentials or
+// permissions, a database that does not exist, a plain client talking to
+// a cluster or the reverse, a server too old for the commands. Other
+// replies are returned as they are.
 func classify(err error) error {
 	if err == nil {
 		return nil
@@ -326,9 +331,19 @@ func classify(err error) error {
 				return fmt.Errorf("%w: %w", dedup.ErrUnavailable, err)
 			}
 		}
+		for _, p := range fatalReplies {
+			if strings.HasPrefix(msg, p) {
+				return fmt.Errorf("%w: %w", dedup.ErrFatal, err)
+			}
+		}
 		return err
 	}
 	return fmt.Errorf("%w: %w", dedup.ErrUnavailable, err)
 }
 
-var transientReplies = []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS", "OOM"}
+var (
+	transientReplies = []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS", "OOM",
+		"MISCONF", "ERR max number of clients reached"}
+	fatalReplies = []string{"WRONGPASS", "NOAUTH", "NOPERM", "ERR DB index is out of range", "ERR invalid DB index",
+		"ERR This instance has cluster support disabled", "MOVED", "ASK", "ERR unknown command", "ERR syntax error"}
+)

@@ -1,0 +1,86 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dedupflow/dedupflow/dedup"
+)
+
+// fatal fails the test unless err wraps dedup.ErrFatal and not
+// dedup.ErrUnavailable.
+func fatal(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, dedup.ErrFatal) || errors.Is(err, dedup.ErrUnavailable) {
+		t.Fatalf("%s: %v, want an error wrapping dedup.ErrFatal only", what, err)
+	}
+}
+
+func claimNew(s *Store, name string) error {
+	now := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := s.Claim(ctx, dedup.Claim{Key: dedup.KeyOf(name), MsgID: "m", Now: now, LeaseUntil: now.Add(time.Minute)})
+	return err
+}
+
+// TestPermanentErrors: what retrying cannot fix is told apart from an
+// outage, at Open and later, on a server of the test's own (it changes
+// users and passwords).
+func TestPermanentErrors(t *testing.T) {
+	ctx := context.Background()
+	port := freePort(t)
+	startRedis(t, port)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	admin := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer admin.Close()
+	acl := func(args ...any) {
+		t.Helper()
+		if err := admin.Do(ctx, append([]any{"acl", "setuser"}, args...)...).Err(); err != nil {
+			t.Fatalf("acl setuser %v: %v", args, err)
+		}
+	}
+	acl("app", "on", ">pw1", "~*", "+@all")
+	acl("reader", "on", ">pw", "~*", "+@connection", "+get") // may connect, may not write
+
+	t.Run("WrongPassword", func(t *testing.T) {
+		_, err := Open(ctx, fmt.Sprintf("redis://app:nope@%s/0", addr), Options{})
+		fatal(t, "open with a wrong password", err)
+	})
+	t.Run("NoPermission", func(t *testing.T) {
+		s := open(t, fmt.Sprintf("redis://reader:pw@%s/0", addr), Options{})
+		fatal(t, "claim by a user who may not write", claimNew(s, t.Name()))
+	})
+	t.Run("NoSuchDatabase", func(t *testing.T) {
+		_, err := Open(ctx, fmt.Sprintf("redis://%s/99", addr), Options{})
+		fatal(t, "open of database 99", err)
+	})
+	t.Run("ClusterOnPlainServer", func(t *testing.T) {
+		_, err := Open(ctx, fmt.Sprintf("redis://%s?cluster=true", addr), Options{})
+		fatal(t, "cluster=true against a server without cluster support", err)
+	})
+	t.Run("PasswordChanged", func(t *testing.T) {
+		// A running store whose password is changed meets WRONGPASS when
+		// it reconnects: that is permanent, not an outage.
+		s := open(t, fmt.Sprintf("redis://app:pw1@%s/0?max_retries=-1", addr), Options{})
+		if err := claimNew(s, t.Name()+"/before"); err != nil {
+			t.Fatalf("before the change: %v", err)
+		}
+		acl("app", "resetpass", ">pw2")
+		if err := admin.Do(ctx, "client", "kill", "user", "app").Err(); err != nil {
+			t.Fatalf("client kill: %v", err)
+		}
+		var err error
+		for range 3 { // a call may first meet the connection the server closed
+			if err = claimNew(s, t.Name()+"/after"); errors.Is(err, dedup.ErrFatal) {
+				break
+			}
+		}
+		fatal(t, "claim after the password changed", err)
+	})
+}
