@@ -24,23 +24,42 @@ type brokerConfig struct {
 	// Created before the broker serves.
 	project   string
 	topics    listFlag
-	subs      listFlag // TOPIC:SUBSCRIPTION
+	subs      listFlag // TOPIC:SUBSCRIPTION, checked by Set
 	bootstrap string
 }
 
 // listFlag is a flag that repeats; each value may also be a comma-separated
-// list, so that one DEDUPFLOW_* variable can name several (IDs hold no commas).
-type listFlag []string
+// list, so that one DEDUPFLOW_* variable can name several (IDs hold no
+// commas). check, when set, vets each value, so that a bad one is reported
+// with the flag or variable it came from.
+type listFlag struct {
+	vals  []string
+	check func(string) error
+}
 
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) String() string { return strings.Join(l.vals, ",") }
 
 func (l *listFlag) Set(v string) error {
 	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*l = append(*l, s)
+		if s = strings.TrimSpace(s); s == "" {
+			continue
 		}
+		if l.check != nil {
+			if err := l.check(s); err != nil {
+				return err
+			}
+		}
+		l.vals = append(l.vals, s)
 	}
 	return nil
+}
+
+func topicAndSub(v string) (topic, sub string, err error) {
+	topic, sub, ok := strings.Cut(v, ":")
+	if !ok || topic == "" || sub == "" {
+		return "", "", fmt.Errorf("%q: want TOPIC:SUBSCRIPTION", v)
+	}
+	return topic, sub, nil
 }
 
 func (b *brokerConfig) register(fs *flag.FlagSet) {
@@ -50,6 +69,7 @@ func (b *brokerConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&b.verbose, "v", false, "log debug messages (as --log-level debug)")
 	b.log.register(fs)
 	fs.StringVar(&b.project, "project", "", "project of short IDs in --topic, --subscription and --bootstrap")
+	b.subs.check = func(v string) error { _, _, err := topicAndSub(v); return err }
 	fs.Var(&b.topics, "topic", "`topic` to create before serving (repeats; ID or projects/P/topics/T)")
 	fs.Var(&b.subs, "subscription", "`topic:subscription` to create before serving, with the topic (repeats)")
 	fs.StringVar(&b.bootstrap, "bootstrap", "", "YAML or JSON `file` of Pub/Sub REST API Topic and Subscription resources to create before serving")
@@ -68,13 +88,13 @@ func (b *brokerConfig) resources() (*broker.Resources, error) {
 		}
 	}
 	fr := &broker.Resources{}
-	for _, t := range b.topics {
+	for _, t := range b.topics.vals {
 		fr.Topics = append(fr.Topics, &pb.Topic{Name: t})
 	}
-	for _, ts := range b.subs {
-		t, s, ok := strings.Cut(ts, ":")
-		if !ok || t == "" || s == "" {
-			return nil, fmt.Errorf("--subscription %q: want TOPIC:SUBSCRIPTION", ts)
+	for _, ts := range b.subs.vals {
+		t, s, err := topicAndSub(ts)
+		if err != nil {
+			return nil, err
 		}
 		fr.Topics = append(fr.Topics, &pb.Topic{Name: t})
 		fr.Subscriptions = append(fr.Subscriptions, &pb.Subscription{Name: s, Topic: t})

@@ -145,3 +145,17 @@ func TestBrokerBootstrap(t *testing.T) {
 		t.Errorf("short IDs without a project: got %v", err)
 	}
 }
+
+// TestBrokerSubscriptionFlag: a --subscription without its topic is an
+// error that names where it came from, the flag or the variable.
+func TestBrokerSubscriptionFlag(t *testing.T) {
+	err := runBroker(context.Background(), []string{"--subscription", "orders"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `"orders": want TOPIC:SUBSCRIPTION`) {
+		t.Errorf("--subscription orders: got %v", err)
+	}
+	t.Setenv("DEDUPFLOW_SUBSCRIPTION", "orders-sub")
+	err = runBroker(context.Background(), nil, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `DEDUPFLOW_SUBSCRIPTION="orders-sub"`) {
+		t.Errorf("DEDUPFLOW_SUBSCRIPTION=orders-sub: got %v", err)
+	}
+}
