@@ -72,7 +72,8 @@ func (b *Broker) putSubLocked(id uint64, t *topic, firstSeq uint64, sp *pb.Subsc
 	b.subs[sp.Name] = s
 	b.nextID = max(b.nextID, id+1)
 	b.logSub(s)
-	s.notify() // streams pick up changed settings
+	s.notify() // streams and the pusher pick up changed settings
+	b.startPusherLocked(s)
 	return s
 }
 

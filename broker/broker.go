@@ -2,11 +2,13 @@ package broker
 
 import (
 	"context"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"sync"
 	"syscall"
@@ -37,6 +39,9 @@ type Options struct {
 	// PullWait bounds how long a unary Pull waits for a message when none is
 	// available (default 5s); StreamingPull is not affected.
 	PullWait time.Duration
+	// PushKey signs the OIDC tokens of push subscriptions; nil generates a
+	// key on first use. See PushPublicKey.
+	PushKey *rsa.PrivateKey
 }
 
 // Broker is a Pub/Sub-compatible message broker. It implements the
@@ -76,6 +81,11 @@ type Broker struct {
 
 	pub publisherServer
 	sub subscriberServer
+
+	pushClient *http.Client    // shared by every push subscription's requests
+	pushCtx    context.Context // of every push request; ends at shutdown
+	pushStop   context.CancelFunc
+	signer     signer
 }
 
 // New creates a broker and, with a DataDir, loads its saved state.
@@ -90,26 +100,29 @@ func New(opts Options) (*Broker, error) {
 		opts.PullWait = 5 * time.Second
 	}
 	b := &Broker{
-		opts:      opts,
-		log:       opts.Logger,
-		now:       opts.Now,
-		topics:    map[string]*topic{},
-		subs:      map[string]*subscription{},
-		topicByID: map[uint64]*topic{},
-		subByID:   map[uint64]*subscription{},
-		snaps:     map[string]*snapshot{},
-		snapByID:  map[uint64]*snapshot{},
-		nextSeq:   1,
-		nextID:    1,
-		closing:   make(chan struct{}),
-		walDone:   make(chan struct{}),
+		opts:       opts,
+		log:        opts.Logger,
+		now:        opts.Now,
+		topics:     map[string]*topic{},
+		subs:       map[string]*subscription{},
+		topicByID:  map[uint64]*topic{},
+		subByID:    map[uint64]*subscription{},
+		snaps:      map[string]*snapshot{},
+		snapByID:   map[uint64]*snapshot{},
+		nextSeq:    1,
+		nextID:     1,
+		closing:    make(chan struct{}),
+		walDone:    make(chan struct{}),
+		pushClient: newPushClient(),
 	}
 	b.pub.b, b.sub.b = b, b
+	b.pushCtx, b.pushStop = context.WithCancel(context.Background())
 	if opts.DataDir != "" {
 		b.mu.Lock()
 		err := b.openStore()
 		b.mu.Unlock()
 		if err != nil {
+			b.pushStop()
 			if b.wal != nil && b.wal.f != nil {
 				b.wal.f.Close()
 			}
@@ -129,6 +142,11 @@ func New(opts Options) (*Broker, error) {
 	}
 	b.wg.Add(1)
 	go b.runTimers()
+	b.mu.Lock()
+	for _, s := range b.subs { // push subscriptions loaded from the log
+		b.startPusherLocked(s)
+	}
+	b.mu.Unlock()
 	return b, nil
 }
 
@@ -216,6 +234,7 @@ func (b *Broker) shutdown(ctx context.Context) error {
 	close(b.closing)
 	servers := b.servers
 	b.srvMu.Unlock()
+	b.pushStop()
 	// Streams see closing and end, so GracefulStop only waits for unary calls.
 	b.mu.Lock()
 	for _, s := range b.subs {
@@ -239,6 +258,7 @@ func (b *Broker) shutdown(ctx context.Context) error {
 	}
 	wg.Wait()
 	b.wg.Wait()
+	b.pushClient.CloseIdleConnections()
 	var err error
 	if b.wal != nil {
 		b.wal.close()

@@ -47,8 +47,55 @@
 // oldest message it kept, as the service documents; seeking to one queues
 // exactly those messages (that the subscription's filter passes) again.
 //
-// Not supported: push/BigQuery/Cloud Storage subscriptions, schemas; those
-// calls answer Unimplemented.
+// Not supported: BigQuery/Cloud Storage subscriptions, schemas; those calls
+// answer Unimplemented.
+//
+// # Push
+//
+// A subscription with a push endpoint (set at creation, by an update of
+// push_config or by ModifyPushConfig; an empty config switches it back to
+// pull) is delivered by a pusher of its own: a goroutine that leases what
+// the push window allows and starts a worker per outstanding message, or
+// per ordering key's batch on an ordered subscription, so that a key's
+// messages reach the endpoint one at a time, in order (push.go). The
+// request is the service's: a POST of the wrapped JSON body, with the
+// fields in the order the service documents them
+//
+//	{"deliveryAttempt":N,"message":{"attributes":{…},"data":"base64","messageId":"…","message_id":"…",
+//	 "orderingKey":"…","publishTime":"…","publish_time":"…"},"subscription":"projects/…"}
+//
+// (deliveryAttempt only with a dead-letter policy, times in UTC with
+// milliseconds), or with no_wrapper the data itself; write_metadata adds
+// the x-goog-pubsub-subscription-name, -message-id, -publish-time and
+// -ordering-key headers and every attribute that is a valid header field
+// and not one that HTTP or the metadata owns. 102, 200, 201, 202 and 204
+// ack; any other status (a redirect included), a failed connection or no
+// answer within the ack deadline nacks. A nacked message waits out the
+// retry policy, or without one the service's push backoff (100 ms,
+// doubling per attempt, up to 60 s); dead-letter policies count push
+// attempts as they count pulls. The window starts at 3 outstanding
+// messages, grows by one per ack (doubling per round trip, as TCP's slow
+// start) and halves per failure, between 1 and the service's 3,000. A
+// failing endpoint is therefore sent little, and a slow one only fills its
+// own window: other subscriptions are not held back. When a subscription
+// switches to pull, requests in flight finish; Shutdown cancels them and
+// returns their messages without counting the attempt.
+//
+// With an oidc_token the request carries "Authorization: Bearer" and a JWT
+// with the claims the service documents: iss "https://accounts.google.com",
+// aud (the configured audience, or the endpoint URL), email and
+// email_verified, sub and azp (the email: there is no numeric account ID
+// here), iat and exp (an hour later). Google's keys cannot sign it here, so
+// the broker signs it (RS256) with a key of its own, Options.PushKey or one
+// generated on first use, named by the token's kid. A handler under test
+// verifies it with the key from PushPublicKey, or fetches PushKeySet (a
+// JSON Web Key Set, the form of Google's own certificates) from
+// PushKeysHandler mounted where the handler's key URL points.
+//
+// Google's emulator, measured beside it in push_test.go, differs: it
+// redelivers after a 202, leaves orderingKey and deliveryAttempt out of the
+// body, writes the ordering key as X-Goog-Ordering-Key, sends no token, and
+// retries a nacked push every second.
 //
 // # Durability
 //

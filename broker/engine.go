@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"time"
-
-	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 )
 
 // The functions in this file change the delivery state. They all run with
@@ -145,6 +143,10 @@ func (s *subscription) lookupLease(ackID string) *lease {
 func (b *Broker) endLeaseLocked(l *lease) {
 	delete(l.sub.leases, l.id)
 	b.timers.remove(l)
+	if l.cancel != nil {
+		l.cancel()
+		l.cancel = nil
+	}
 	if st := l.st; st != nil {
 		st.outMsgs--
 		st.outBytes -= l.it.m.size
@@ -192,22 +194,32 @@ func (b *Broker) nackLocked(l *lease, now int64) {
 			return
 		}
 	}
-	if p := s.proto.RetryPolicy; p != nil {
-		if d := backoff(p, l.it.attempts); d > 0 {
-			l.backoff = true
-			l.at = now + int64(d)
-			s.leases[l.id] = l
-			b.timers.push(l)
-			return
-		}
+	if d := s.retryDelay(l.it.attempts); d > 0 {
+		l.backoff = true
+		l.at = now + int64(d)
+		s.leases[l.id] = l
+		b.timers.push(l)
+		return
 	}
 	b.requeueLocked(s, l.it)
 }
 
-// backoff is the retry policy's delay after the n-th failed delivery: the
-// minimum, doubled per further attempt, capped at the maximum.
-func backoff(p *pb.RetryPolicy, n int32) time.Duration {
-	lo, hi := p.MinimumBackoff.AsDuration(), p.MaximumBackoff.AsDuration()
+// retryDelay is how long a message waits after its n-th failed delivery:
+// the retry policy's backoff; without one, the service's push backoff on a
+// push subscription and no wait on a pull one.
+func (s *subscription) retryDelay(n int32) time.Duration {
+	if p := s.proto.RetryPolicy; p != nil {
+		return backoff(p.MinimumBackoff.AsDuration(), p.MaximumBackoff.AsDuration(), n)
+	}
+	if s.push() {
+		return backoff(pushMinBackoff, pushMaxBackoff, n)
+	}
+	return 0
+}
+
+// backoff is the delay after the n-th failed delivery: lo, doubled per
+// further attempt, capped at hi.
+func backoff(lo, hi time.Duration, n int32) time.Duration {
 	d := lo
 	for i := int32(1); i < n && d < hi; i++ {
 		d *= 2

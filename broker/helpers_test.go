@@ -106,9 +106,14 @@ func emulator(t testing.TB) target {
 // forEachTarget runs f against our broker and every reference in refs
 // ("emulator", "pstest"), in parallel subtests.
 func forEachTarget(t *testing.T, refs []string, f func(t *testing.T, tg target)) {
+	forEachTargetWith(t, Options{}, refs, f)
+}
+
+// forEachTargetWith is forEachTarget with our broker started with opts.
+func forEachTargetWith(t *testing.T, opts Options, refs []string, f func(t *testing.T, tg target)) {
 	t.Run("ours", func(t *testing.T) {
 		t.Parallel()
-		f(t, startOurs(t, Options{}))
+		f(t, startOurs(t, opts))
 	})
 	for _, r := range refs {
 		t.Run(r, func(t *testing.T) {

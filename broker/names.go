@@ -83,8 +83,8 @@ func checkSubscriptionConfig(s *pb.Subscription) error {
 	if _, err := parseFilter(s.Filter); err != nil {
 		return status.Errorf(codes.InvalidArgument, "invalid filter %q: %v", s.Filter, err)
 	}
-	if s.PushConfig.GetPushEndpoint() != "" || s.BigqueryConfig != nil || s.CloudStorageConfig != nil {
-		return status.Error(codes.Unimplemented, "push, BigQuery and Cloud Storage subscriptions are not supported by this broker")
+	if s.BigqueryConfig != nil || s.CloudStorageConfig != nil {
+		return status.Error(codes.Unimplemented, "BigQuery and Cloud Storage subscriptions are not supported by this broker")
 	}
-	return nil
+	return checkPushConfig(s.PushConfig)
 }

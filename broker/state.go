@@ -80,6 +80,7 @@ type lease struct {
 	hidx    int
 	backoff bool
 	st      *pullStream // the stream that got it, for its flow control
+	cancel  func()      // ends the push request that carries it, if any
 }
 
 type topic struct {
@@ -110,6 +111,7 @@ type subscription struct {
 	// replay is used instead of the queues while the log is replayed: acks
 	// then remove arbitrary messages, which a map does in O(1).
 	replay map[uint64]*message
+	pusher *pusher // delivers a push subscription; nil for pull
 }
 
 func (s *subscription) ordered() bool { return s.proto.EnableMessageOrdering }

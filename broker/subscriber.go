@@ -14,7 +14,7 @@ import (
 )
 
 // subscriberServer implements google.pubsub.v1.Subscriber (snapshots are in
-// snapshot.go).
+// snapshot.go, push delivery in push.go).
 type subscriberServer struct {
 	pb.UnimplementedSubscriberServer
 	b *Broker
@@ -136,16 +136,28 @@ func (srv *subscriberServer) DeleteSubscription(ctx context.Context, req *pb.Del
 	return &emptypb.Empty{}, durable(ctx, b, off)
 }
 
-func (srv *subscriberServer) ModifyPushConfig(_ context.Context, req *pb.ModifyPushConfigRequest) (*emptypb.Empty, error) {
-	if req.PushConfig.GetPushEndpoint() != "" {
-		return nil, status.Error(codes.Unimplemented, "push subscriptions are not supported by this broker")
-	}
-	srv.b.mu.Lock()
-	defer srv.b.mu.Unlock()
-	if _, err := srv.subscription(req.Subscription); err != nil {
+// ModifyPushConfig switches a subscription between push (an endpoint) and
+// pull (an empty config), or changes where and how it pushes.
+func (srv *subscriberServer) ModifyPushConfig(ctx context.Context, req *pb.ModifyPushConfigRequest) (*emptypb.Empty, error) {
+	if err := checkPushConfig(req.PushConfig); err != nil {
 		return nil, err
 	}
-	return &emptypb.Empty{}, nil
+	b := srv.b
+	b.mu.Lock()
+	s, err := srv.subscription(req.Subscription)
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	sp := proto.Clone(s.proto).(*pb.Subscription)
+	sp.PushConfig = &pb.PushConfig{}
+	if req.PushConfig != nil {
+		sp.PushConfig = proto.Clone(req.PushConfig).(*pb.PushConfig)
+	}
+	b.putSubLocked(s.id, s.topic, s.firstSeq, sp)
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	return &emptypb.Empty{}, durable(ctx, b, off)
 }
 
 // Pull returns what is available, waiting up to Options.PullWait for the

@@ -1,0 +1,308 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+)
+
+// TestPushPullSwitch switches one subscription from pull to push and back
+// with ModifyPushConfig and UpdateSubscription.
+func TestPushPullSwitch(t *testing.T) {
+	forEachTargetWith(t, realClock, []string{"emulator"}, func(t *testing.T, tg target) {
+		c := newClient(t, tg.addr)
+		ctx := context.Background()
+		e := newEndpoint(t, always(http.StatusOK))
+		topic := createTopic(t, c)
+		sub := createSub(t, c, &pb.Subscription{Topic: topic})
+		pullAck := func(data string) {
+			t.Helper()
+			publishPB(t, tg, topic, &pb.PubsubMessage{Data: []byte(data)})
+			m := pullOne(t, c, sub.Name, 30*time.Second)
+			if string(m.Message.Data) != data {
+				t.Fatalf("pulled %q, want %q", m.Message.Data, data)
+			}
+			if err := c.SubscriptionAdminClient.Acknowledge(ctx, &pb.AcknowledgeRequest{Subscription: sub.Name, AckIds: []string{m.AckId}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pushed := func(data string) {
+			t.Helper()
+			publishPB(t, tg, topic, &pb.PubsubMessage{Data: []byte(data)})
+			if w := decodeWrapped(t, e.next(t, 30*time.Second)); string(w.Message.Data) != data {
+				t.Fatalf("pushed %q, want %q", w.Message.Data, data)
+			}
+		}
+		endpointIs := func(want string) {
+			t.Helper()
+			got, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: sub.Name})
+			if err != nil || got.PushConfig.GetPushEndpoint() != want {
+				t.Fatalf("subscription after the switch: %v %v, want endpoint %q", got, err, want)
+			}
+		}
+
+		pullAck("pulled first")
+		if err := c.SubscriptionAdminClient.ModifyPushConfig(ctx, &pb.ModifyPushConfigRequest{Subscription: sub.Name,
+			PushConfig: &pb.PushConfig{PushEndpoint: e.URL}}); err != nil {
+			t.Fatal(err)
+		}
+		endpointIs(e.URL)
+		pushed("pushed")
+		if err := c.SubscriptionAdminClient.ModifyPushConfig(ctx, &pb.ModifyPushConfigRequest{Subscription: sub.Name, PushConfig: &pb.PushConfig{}}); err != nil {
+			t.Fatal(err)
+		}
+		endpointIs("")
+		pullAck("pulled again") // the pull got it, so no push did
+		if _, err := c.SubscriptionAdminClient.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+			Subscription: &pb.Subscription{Name: sub.Name, PushConfig: &pb.PushConfig{PushEndpoint: e.URL + "/updated"}},
+			UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"push_config"}}}); err != nil {
+			t.Fatal(err)
+		}
+		endpointIs(e.URL + "/updated")
+		pushed("pushed after update")
+	})
+}
+
+// TestPushSlowEndpoint: an endpoint that never answers fills only its own
+// subscription's window; another push subscription of the same topic gets
+// everything meanwhile, and Close does not wait for the hanging requests.
+func TestPushSlowEndpoint(t *testing.T) {
+	forEachTargetWith(t, realClock, []string{"emulator"}, func(t *testing.T, tg target) {
+		c := newClient(t, tg.addr)
+		slow, fast := newEndpoint(t, always(0)), newEndpoint(t, always(http.StatusOK))
+		topic := createTopic(t, c)
+		slowSub := createSub(t, c, &pb.Subscription{Topic: topic, AckDeadlineSeconds: 60, PushConfig: &pb.PushConfig{PushEndpoint: slow.URL}})
+		createSub(t, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: fast.URL}})
+		var msgs []*pb.PubsubMessage
+		for i := range 50 {
+			msgs = append(msgs, &pb.PubsubMessage{Data: []byte{byte(i)}})
+		}
+		ids := publishPB(t, tg, topic, msgs...)
+		got := map[string]bool{}
+		for len(got) < len(ids) {
+			got[decodeWrapped(t, fast.next(t, 30*time.Second)).Message.MessageID] = true
+		}
+		slow.next(t, 30*time.Second)
+		if tg.ours == nil {
+			return
+		}
+		// Nothing came back from the slow endpoint, so its window is still
+		// the starting one: that many messages are leased, no more.
+		b := tg.ours
+		b.mu.Lock()
+		leased := len(b.subs[slowSub.Name].leases)
+		b.mu.Unlock()
+		if leased != pushStartWindow {
+			t.Errorf("%d messages outstanding at a silent endpoint, want the starting window %d", leased, pushStartWindow)
+		}
+		if err := b.Close(); err != nil {
+			t.Errorf("close with pushes in flight: %v", err)
+		}
+	})
+}
+
+func TestPushWindow(t *testing.T) {
+	p := &pusher{window: pushStartWindow}
+	for range 10 {
+		p.inFlight++
+		p.settle(pushAcked)
+	}
+	if p.window != pushStartWindow+10 {
+		t.Errorf("window %d after 10 acks, want %d", p.window, pushStartWindow+10)
+	}
+	p.inFlight++
+	p.settle(pushFailed)
+	if p.window != (pushStartWindow+10)/2 {
+		t.Errorf("window %d after a failure, want it halved to %d", p.window, (pushStartWindow+10)/2)
+	}
+	for range 10 {
+		p.inFlight++
+		p.settle(pushFailed)
+	}
+	p.inFlight++
+	p.settle(pushSkipped)
+	if p.window != 1 || p.inFlight != 0 {
+		t.Errorf("window %d, in flight %d after failures; want 1 and 0", p.window, p.inFlight)
+	}
+	for range 2 * pushMaxWindow {
+		p.inFlight++
+		p.settle(pushAcked)
+	}
+	if p.window != pushMaxWindow {
+		t.Errorf("window %d, want at most %d", p.window, pushMaxWindow)
+	}
+}
+
+// TestPushOIDC verifies the bearer token as a handler would: with the
+// broker's public key, from the accessor and from the key set. The emulator
+// sends no token, so this runs against ours only.
+func TestPushOIDC(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, given := range []*rsa.PrivateKey{nil, key} {
+		tg := startOurs(t, Options{Now: time.Now, PushKey: given})
+		c := newClient(t, tg.addr)
+		e := newEndpoint(t, always(http.StatusOK))
+		topic := createTopic(t, c)
+		const email = "pusher@my-project.iam.gserviceaccount.com"
+		createSub(t, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL + "/a",
+			AuthenticationMethod: &pb.PushConfig_OidcToken_{OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: email, Audience: "my-audience"}}}})
+		createSub(t, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL + "/b",
+			AuthenticationMethod: &pb.PushConfig_OidcToken_{OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: email}}}})
+		publishPB(t, tg, topic, &pb.PubsubMessage{Data: []byte("x")})
+
+		pub, kid, err := tg.ours.PushPublicKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if given != nil && !pub.Equal(&given.PublicKey) {
+			t.Error("PushPublicKey is not the public half of Options.PushKey")
+		}
+		fromSet := keyFromSet(t, tg.ours, kid)
+		if !fromSet.Equal(pub) {
+			t.Error("the key set's key differs from PushPublicKey")
+		}
+		for range 2 {
+			p := e.next(t, 30*time.Second)
+			aud := "my-audience"
+			if p.uri == "/b" {
+				aud = e.URL + "/b" // the default audience is the endpoint
+			}
+			tok, ok := strings.CutPrefix(p.header.Get("Authorization"), "Bearer ")
+			if !ok {
+				t.Fatalf("push to %s without a bearer token: %v", p.uri, p.header)
+			}
+			var claims struct {
+				Email         string `json:"email"`
+				EmailVerified bool   `json:"email_verified"`
+				jwt.RegisteredClaims
+			}
+			parsed, err := jwt.ParseWithClaims(tok, &claims, func(tk *jwt.Token) (any, error) {
+				if tk.Header["kid"] != kid {
+					t.Errorf("token kid %v, want %s", tk.Header["kid"], kid)
+				}
+				return fromSet, nil
+			}, jwt.WithValidMethods([]string{"RS256"}), jwt.WithAudience(aud), jwt.WithIssuer(PushTokenIssuer),
+				jwt.WithIssuedAt(), jwt.WithExpirationRequired())
+			if err != nil || !parsed.Valid {
+				t.Fatalf("token for %s does not verify: %v", p.uri, err)
+			}
+			if claims.Email != email || !claims.EmailVerified || claims.ExpiresAt.Sub(claims.IssuedAt.Time) != time.Hour {
+				t.Errorf("claims %+v: want email %s, verified, valid for an hour", claims, email)
+			}
+			var raw map[string]any
+			payload, _ := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[1])
+			if err := json.Unmarshal(payload, &raw); err != nil || raw["aud"] != aud {
+				t.Errorf("aud %v, want the single string %q as in Google's tokens", raw["aud"], aud)
+			}
+		}
+	}
+}
+
+// keyFromSet reads the key with kid from the broker's key set, served over
+// HTTP as a handler under test would fetch it.
+func keyFromSet(t *testing.T, b *Broker, kid string) *rsa.PublicKey {
+	t.Helper()
+	srv := httptest.NewServer(b.PushKeysHandler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var set struct {
+		Keys []struct{ Kty, Alg, Kid, N, E string }
+	}
+	if err := json.Unmarshal(body, &set); err != nil || len(set.Keys) != 1 || set.Keys[0].Kid != kid || set.Keys[0].Alg != "RS256" {
+		t.Fatalf("key set %s: %v", body, err)
+	}
+	n, err1 := base64.RawURLEncoding.DecodeString(set.Keys[0].N)
+	e, err2 := base64.RawURLEncoding.DecodeString(set.Keys[0].E)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("key set %s: n %v, e %v", body, err1, err2)
+	}
+	return &rsa.PublicKey{N: new(big.Int).SetBytes(n), E: int(new(big.Int).SetBytes(e).Int64())}
+}
+
+// TestPushConfigKill9: push configurations, created or switched to with
+// ModifyPushConfig, survive kill -9, and delivery resumes after the restart.
+func TestPushConfigKill9(t *testing.T) {
+	var acking atomic.Bool
+	answer := func(int, pushed) int {
+		if acking.Load() {
+			return http.StatusOK
+		}
+		return http.StatusServiceUnavailable
+	}
+	created, modified := newEndpoint(t, answer), newEndpoint(t, answer)
+	bin, dir := buildBrokerd(t), t.TempDir()
+	cmd, addr := startBrokerd(t, bin, dir)
+	c := newClient(t, addr)
+	ctx := context.Background()
+	topic := createTopic(t, c)
+	full := &pb.PushConfig{PushEndpoint: created.URL + "/p?q=1", Attributes: map[string]string{"x-goog-version": "v1"},
+		Wrapper:              &pb.PushConfig_NoWrapper_{NoWrapper: &pb.PushConfig_NoWrapper{WriteMetadata: true}},
+		AuthenticationMethod: &pb.PushConfig_OidcToken_{OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: "a@p.iam.gserviceaccount.com", Audience: "aud"}}}
+	s1 := createSub(t, c, &pb.Subscription{Topic: topic, PushConfig: full})
+	s2 := createSub(t, c, &pb.Subscription{Topic: topic})
+	if err := c.SubscriptionAdminClient.ModifyPushConfig(ctx, &pb.ModifyPushConfigRequest{Subscription: s2.Name,
+		PushConfig: &pb.PushConfig{PushEndpoint: modified.URL}}); err != nil {
+		t.Fatal(err)
+	}
+	id := publishPB(t, target{addr: addr}, topic, &pb.PubsubMessage{Data: []byte("survivor"), Attributes: map[string]string{"k": "v"}})[0]
+	created.next(t, 10*time.Second) // nacked: the message stays
+	modified.next(t, 10*time.Second)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	c.Close()
+	for _, e := range []*endpoint{created, modified} {
+		for len(e.got) > 0 {
+			<-e.got
+		}
+	}
+	acking.Store(true)
+
+	cmd, addr = startBrokerd(t, bin, dir)
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("broker exit: %v", err)
+		}
+	}()
+	c2 := newClient(t, addr)
+	for name, want := range map[string]*pb.PushConfig{s1.Name: full, s2.Name: {PushEndpoint: modified.URL}} {
+		got, err := c2.SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: name})
+		if err != nil || !proto.Equal(got.PushConfig, want) {
+			t.Errorf("push config after kill -9: %v %v, want %v", got.GetPushConfig(), err, want)
+		}
+	}
+	p := created.next(t, 30*time.Second)
+	if string(p.body) != "survivor" || p.header.Get(hdrMessageID) != id || p.header.Get("K") != "v" ||
+		!strings.HasPrefix(p.header.Get("Authorization"), "Bearer ") || p.uri != "/p?q=1" {
+		t.Errorf("push after restart: %s %q %v, want the raw data with metadata and a token", p.uri, p.body, p.header)
+	}
+	if w := decodeWrapped(t, modified.next(t, 30*time.Second)); w.Message.MessageID != id {
+		t.Errorf("push after restart: message %s, want %s", w.Message.MessageID, id)
+	}
+}
