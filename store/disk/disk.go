@@ -100,7 +100,6 @@ package disk
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -188,10 +187,7 @@ func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
 // the strength of a write that might still fail.
 func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires time.Time) error {
 	r := rec{exp: expires.UnixNano(), tag: dedup.MsgTag(msgID)}
-	if err := s.w.put(ctx, k, r); err != nil {
-		return fmt.Errorf("commit key %s: %w", k, err)
-	}
-	return nil
+	return s.w.put(ctx, k, r)
 }
 
 // Release implements dedup.Store. The claim is told by its message-ID tag,

@@ -30,7 +30,7 @@ func open(t testing.TB, path string, opt Options) *Store {
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) dedup.Store {
-		return open(t, filepath.Join(t.TempDir(), "state.db"), Options{})
+		return open(t, filepath.Join(t.TempDir(), "db"), Options{})
 	})
 }
 
@@ -54,7 +54,7 @@ func commit(t *testing.T, s *Store, k dedup.Key, id string, exp time.Time) {
 // reopen, with the same redelivery / republish answer; pending claims are
 // not kept (no one holds a lease after a restart).
 func TestReopenKeepsHorizon(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
+	path := filepath.Join(t.TempDir(), "db")
 	now := time.Now()
 	s, err := Open(context.Background(), path, Options{})
 	if err != nil {
@@ -83,7 +83,7 @@ func TestReopenKeepsHorizon(t *testing.T) {
 }
 
 func TestFileHeldByAnotherStore(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
+	path := filepath.Join(t.TempDir(), "db")
 	open(t, path, Options{})
 	_, err := Open(context.Background(), path, Options{})
 	if err == nil || !strings.Contains(err.Error(), "another process holds it") {
@@ -94,7 +94,7 @@ func TestFileHeldByAnotherStore(t *testing.T) {
 // A path that is a regular file (a file written by something else, or a
 // typo) is refused with a message that says so, and left as it was.
 func TestPathIsAFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
+	path := filepath.Join(t.TempDir(), "db")
 	if err := os.WriteFile(path, []byte("not a store"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestPathIsAFile(t *testing.T) {
 // file and the index, live ones stay, and the sweep looked at the expired
 // group and the first live one only.
 func TestSweepReadsOnlyExpired(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
+	path := filepath.Join(t.TempDir(), "db")
 	s := open(t, path, Options{SweepEvery: time.Hour}) // no background sweep here
 	now := time.Now()
 	const expired, live = 300, 700
@@ -167,7 +167,7 @@ func TestSweepReadsOnlyExpired(t *testing.T) {
 // TestBackgroundSweep: the store sweeps by itself, by the clock of the
 // claims it sees.
 func TestBackgroundSweep(t *testing.T) {
-	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{SweepEvery: 10 * time.Millisecond})
+	s := open(t, filepath.Join(t.TempDir(), "db"), Options{SweepEvery: 10 * time.Millisecond})
 	now := time.Now()
 	for i := range 50 {
 		commit(t, s, dedup.KeyOf(fmt.Sprint("short", i)), "m", now.Add(time.Second))
@@ -190,7 +190,7 @@ const childEnv = "DEDUPFLOW_DISK_KILL_CHILD"
 // SIGKILL mid-stream, reopens the file and checks that every printed key is
 // a duplicate.
 func TestSurvivesKill9(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.db")
+	path := filepath.Join(t.TempDir(), "db")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.v")
 	cmd.Env = append(os.Environ(), childEnv+"="+path)
 	out, err := cmd.StdoutPipe()
@@ -274,7 +274,7 @@ func TestKillChild(t *testing.T) {
 // TestStaleClaimsDropped: claims nobody committed or released are
 // forgotten once their lease ended.
 func TestStaleClaimsDropped(t *testing.T) {
-	s := open(t, filepath.Join(t.TempDir(), "state.db"), Options{SweepEvery: 10 * time.Millisecond})
+	s := open(t, filepath.Join(t.TempDir(), "db"), Options{SweepEvery: 10 * time.Millisecond})
 	now := time.Now()
 	claim(t, s, dedup.KeyOf("abandoned"), "m", now)
 	claim(t, s, dedup.KeyOf("clock"), "m", now.Add(time.Minute)) // moves the clock past the first lease

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -28,7 +29,7 @@ func TestWriteFailureIsFatal(t *testing.T) {
 		}
 		return nil
 	}))
-	path := filepath.Join(t.TempDir(), "state.db")
+	path := filepath.Join(t.TempDir(), "db")
 	s := open(t, path, Options{fs: fs})
 	now := time.Now()
 	commit(t, s, dedup.KeyOf("before"), "m", now.Add(time.Hour))
@@ -38,6 +39,11 @@ func TestWriteFailureIsFatal(t *testing.T) {
 		err := s.Commit(context.Background(), dedup.KeyOf(fmt.Sprint("after", i)), "m", now.Add(time.Hour))
 		if !errors.Is(err, dedup.ErrFatal) || !errors.Is(err, syscall.EROFS) || errors.Is(err, dedup.ErrUnavailable) {
 			t.Fatalf("commit %d on a read-only disk: %v, want an error wrapping dedup.ErrFatal and EROFS", i, err)
+		}
+		// The store says what it knows: which store, and why; the caller
+		// says which call and key.
+		if want := "disk store " + path + ": unrecoverable error: write " + path + "/"; !strings.HasPrefix(err.Error(), want) {
+			t.Fatalf("commit %d: %q, want it to start %q", i, err, want)
 		}
 	}
 	s.Close()

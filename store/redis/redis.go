@@ -260,11 +260,7 @@ func (s *Store) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error)
 	o := s.b.get()
 	o.kind, o.msgID, o.now, o.at, o.ttl = opClaim, c.MsgID, now, until, max(until-now, 1)
 	s.keyVal(o, c.Key, 'p', c.MsgID, 0)
-	v, err := s.b.do(ctx, o)
-	if err != nil {
-		return dedup.Verdict{}, fmt.Errorf("claim key %s: %w", c.Key, err)
-	}
-	return v, nil
+	return s.b.do(ctx, o)
 }
 
 // Commit implements dedup.Store.
@@ -279,20 +275,16 @@ func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires t
 	o := s.b.get()
 	o.kind, o.at, o.ttl = opCommit, exp, max(exp-now, 1)+s.slack
 	s.keyVal(o, k, 'd', "", dedup.MsgTag(msgID))
-	if _, err := s.b.do(ctx, o); err != nil {
-		return fmt.Errorf("commit key %s: %w", k, err)
-	}
-	return nil
+	_, err := s.b.do(ctx, o)
+	return err
 }
 
 // Release implements dedup.Store.
 func (s *Store) Release(ctx context.Context, k dedup.Key, msgID string) error {
 	o := s.b.get()
 	o.kind, o.key, o.msgID = opRelease, s.key(k), msgID
-	if _, err := s.b.do(ctx, o); err != nil {
-		return fmt.Errorf("release key %s: %w", k, err)
-	}
-	return nil
+	_, err := s.b.do(ctx, o)
+	return err
 }
 
 // Close sends what is queued, stops the batchers and, if Open made the

@@ -32,7 +32,7 @@ const (
 	// idleSweep bounds the records one idle sweep reads, so a commit
 	// queued behind it waits milliseconds, not the backlog.
 	idleSweep = 20000
-	// exciseAfter: swept groups are cut from the file once this many
+	// exciseAfter: swept groups are cut from the database once this many
 	// bytes of them piled up (or a minute passed), not at every sweep:
 	// each cut rewrites the manifest.
 	exciseAfter = 64 << 20
@@ -100,13 +100,13 @@ type writer struct {
 	seq  uint64
 	// swept: every group below this key has been swept (nil: none
 	// yet). Sweeps start here, so they never step over the
-	// swept groups still in the file.
+	// swept groups still in the database.
 	swept []byte
 	// nextExp: no group the sweep has not read yet expires before this
 	// (the first live group it stopped at, or a group written since), so
 	// most sweeps are skipped without opening an iterator.
 	nextExp int64
-	// unexcised counts bytes of swept groups still in the file.
+	// unexcised counts bytes of swept groups still in the database.
 	unexcised  int64
 	lastExcise time.Time
 	// lock is the directory's, taken before Pebble opens it so that a
@@ -162,10 +162,10 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 	}
 	start := time.Now()
 	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
-		return nil, fmt.Errorf("open state directory %s: it is a file; the disk store keeps a directory there (give a new path, or remove the file)", path)
+		return nil, fmt.Errorf("open disk store %s: it is a file; the disk store keeps a directory there (give a new path, or remove the file)", path)
 	}
 	if err := os.MkdirAll(path, 0o700); err != nil {
-		return nil, fmt.Errorf("open state directory %s: %w", path, err)
+		return nil, fmt.Errorf("open disk store %s: %w", path, err)
 	}
 	lock, err := lockDir(ctx, path)
 	if err != nil {
@@ -188,7 +188,7 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 	db, err := pebble.Open(path, o)
 	if err != nil {
 		lock.Close()
-		return nil, fmt.Errorf("open state directory %s: %w", path, err)
+		return nil, fmt.Errorf("open disk store %s: %w", path, err)
 	}
 	w := &writer{
 		s: s, path: path, db: db, log: opt.Logger, every: opt.SweepEvery,
@@ -203,7 +203,7 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 	fail := func(err error) (*writer, error) {
 		db.Close()
 		lock.Close()
-		return nil, fmt.Errorf("open state directory %s: %w", path, err)
+		return nil, fmt.Errorf("open disk store %s: %w", path, err)
 	}
 	if err := w.init(); err != nil {
 		return fail(err)
@@ -213,7 +213,7 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 		return fail(err)
 	}
 	w.lock = lock
-	w.log.Info("state file opened", "path", path, "keys", n, "took", time.Since(start).Round(time.Millisecond))
+	w.log.Info("disk store opened", "path", path, "keys", n, "took", time.Since(start).Round(time.Millisecond))
 	go w.loop()
 	return w, nil
 }
@@ -230,10 +230,10 @@ func lockDir(ctx context.Context, path string) (*pebble.Lock, error) {
 		held := errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
 			strings.Contains(err.Error(), "held by current process")
 		if !held {
-			return nil, fmt.Errorf("lock state directory %s: %w", path, err)
+			return nil, fmt.Errorf("lock disk store %s: %w", path, err)
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("open state directory %s: another process holds it (%w)", path, err)
+			return nil, fmt.Errorf("open disk store %s: another process holds it (%w)", path, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -255,7 +255,7 @@ func (w *writer) init() error {
 	}
 	defer closer.Close()
 	if len(v) != 4 || binary.BigEndian.Uint32(v) != formatVersion {
-		return fmt.Errorf("unsupported state file version %x (want %d)", v, formatVersion)
+		return fmt.Errorf("unsupported database format %x (want %d)", v, formatVersion)
 	}
 	return nil
 }
@@ -344,7 +344,7 @@ func (w *writer) load(ctx context.Context) (int, error) {
 	if err := it.Error(); err != nil {
 		return 0, err
 	}
-	w.log.Debug("state file loaded", "keys", n, "took", time.Since(start).Round(time.Millisecond))
+	w.log.Debug("disk store index loaded", "keys", n, "took", time.Since(start).Round(time.Millisecond))
 	return n, nil
 }
 
@@ -424,7 +424,7 @@ func (w *writer) loop() {
 		}
 		if tick {
 			if err := w.excise(false); err != nil {
-				w.log.Error("state file cleanup failed", "err", err)
+				w.log.Error("cutting swept groups from the database failed", "err", err)
 			}
 		}
 		if more {
@@ -449,7 +449,7 @@ func (w *writer) write(g *group, now int64) (more bool) {
 			// Pebble cannot go on after a write it could not make (a full
 			// or read-only disk, a directory that is gone, an I/O error):
 			// only reopening the database, which a restart does, heals it.
-			g.err = fmt.Errorf("write database %s: %w: %w", w.path, dedup.ErrFatal, g.err)
+			g.err = fmt.Errorf("disk store %s: %w: %w", w.path, dedup.ErrFatal, g.err)
 			w.mu.Lock()
 			w.failed = g.err
 			w.mu.Unlock()
@@ -472,7 +472,7 @@ func (w *writer) write(g *group, now int64) (more bool) {
 	}
 	swept, more, err := w.sweep(now, limit)
 	if err != nil {
-		w.log.Error("state file sweep failed", "err", err)
+		w.log.Error("sweeping the database failed", "err", err)
 		return false
 	}
 	if swept > 0 {
@@ -586,7 +586,7 @@ func (w *writer) excise(force bool) error {
 		return nil
 	}
 	if err := w.db.Excise(context.Background(), pebble.KeyRange{Start: groupsLow, End: end}); err != nil {
-		return fmt.Errorf("cut swept groups from state file: %w", err)
+		return fmt.Errorf("cut swept groups: %w", err)
 	}
 	w.txMu.Lock()
 	w.unexcised, w.lastExcise = 0, time.Now()
@@ -607,7 +607,7 @@ func (w *writer) sweepAll(ctx context.Context, now int64) (int, error) {
 		swept, more, err := w.sweep(now, idleSweep)
 		w.txMu.Unlock()
 		if err != nil {
-			return total, fmt.Errorf("sweep state file: %w", err)
+			return total, fmt.Errorf("sweep database %s: %w", w.path, err)
 		}
 		total += swept
 		if !more {
@@ -626,7 +626,7 @@ func (w *writer) close() error {
 	err := w.excise(true)
 	err = errors.Join(err, w.db.Close())
 	if err = errors.Join(err, w.lock.Close()); err != nil {
-		return fmt.Errorf("close state file: %w", err)
+		return fmt.Errorf("close disk store %s: %w", w.path, err)
 	}
 	return nil
 }
