@@ -42,7 +42,7 @@ func BenchmarkDeriveBody(b *testing.B) {
 		{"rule=hash", Rule{From: KeyFromHash}, payload1K(false)},
 	} {
 		attrs := map[string]string{"key": "ord-7f3c9a2e-1b44-4d0e-9c61-2f8a5b7d9e10"}
-		if key, src, _, err := c.rule.DeriveBody(attrs, c.data, "m1"); err != nil || src == FromMessageID || len(c.data) != 1024 {
+		if key, src, _, err := c.rule.Derive(attrs, c.data, "m1"); err != nil || src == SourceMessageID || len(c.data) != 1024 {
 			b.Fatalf("%s: %q %v %v (%d bytes)", c.name, key, src, err, len(c.data))
 		}
 		b.Run(c.name, func(b *testing.B) {
@@ -50,7 +50,7 @@ func BenchmarkDeriveBody(b *testing.B) {
 			b.ReportAllocs()
 			done := testenv.CPUPerOp(b)
 			for b.Loop() {
-				key, _, _, _ := c.rule.DeriveBody(attrs, c.data, "m1")
+				key, _, _, _ := c.rule.Derive(attrs, c.data, "m1")
 				_ = KeyOf(key)
 			}
 			done()

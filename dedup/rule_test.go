@@ -20,21 +20,50 @@ func TestRuleDerive(t *testing.T) {
 		missing bool
 		err     error
 	}{
-		{"no attribute configured: message ID", Rule{}, map[string]string{"key": "a"}, "m1", FromMessageID, false, nil},
-		{"attribute present", Rule{IDAttribute: "key"}, map[string]string{"key": "456"}, "456", FromAttribute, false, nil},
-		{"missing, fallback", Rule{IDAttribute: "key"}, nil, "m1", FromMessageID, true, nil},
-		{"empty counts as missing", Rule{IDAttribute: "key"}, map[string]string{"key": ""}, "m1", FromMessageID, true, nil},
-		{"missing, reject", Rule{IDAttribute: "key", Missing: Reject}, nil, "", NoKey, true, ErrKeyMissing},
-		{"missing, pass", Rule{IDAttribute: "key", Missing: Pass}, nil, "", NoKey, true, nil},
-		{"too long", Rule{IDAttribute: "key"}, map[string]string{"key": long}, "", NoKey, false, ErrKeyTooLong},
-		{"longest allowed", Rule{IDAttribute: "key"}, map[string]string{"key": long[1:]}, long[1:], FromAttribute, false, nil},
-		{"not UTF-8", Rule{IDAttribute: "key"}, map[string]string{"key": "\xff\xfe"}, "", NoKey, false, ErrKeyInvalid},
+		{"no attribute configured: message ID", Rule{}, map[string]string{"key": "a"}, MessageIDKey("m1"), SourceMessageID, false, nil},
+		{"attribute present", Rule{IDAttribute: "key"}, map[string]string{"key": "456"}, "456", SourceAttribute, false, nil},
+		{"missing, fallback", Rule{IDAttribute: "key"}, nil, MessageIDKey("m1"), SourceMessageID, true, nil},
+		{"empty counts as missing", Rule{IDAttribute: "key"}, map[string]string{"key": ""}, MessageIDKey("m1"), SourceMessageID, true, nil},
+		{"missing, reject", Rule{IDAttribute: "key", Missing: Reject}, nil, "", SourceNone, true, ErrKeyMissing},
+		{"missing, pass", Rule{IDAttribute: "key", Missing: Pass}, nil, "", SourceNone, true, nil},
+		{"too long", Rule{IDAttribute: "key"}, map[string]string{"key": long}, "", SourceNone, false, ErrKeyTooLong},
+		{"longest allowed", Rule{IDAttribute: "key"}, map[string]string{"key": long[1:]}, long[1:], SourceAttribute, false, nil},
+		{"not UTF-8", Rule{IDAttribute: "key"}, map[string]string{"key": "\xff\xfe"}, "", SourceNone, false, ErrKeyInvalid},
+		{"a publisher's key in the message-ID namespace", Rule{IDAttribute: "key"}, map[string]string{"key": "message-id:m1"}, "", SourceNone, false, ErrKeyReserved},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			key, src, missing, err := c.rule.Derive(c.attrs, "m1")
+			key, src, missing, err := c.rule.Derive(c.attrs, nil, "m1")
 			if !errors.Is(err, c.err) || key != c.key || src != c.src || missing != c.missing {
 				t.Fatalf("got (%.20q, %v, %v, %v), want (%.20q, %v, %v, %v)", key, src, missing, err, c.key, c.src, c.missing, c.err)
+			}
+		})
+	}
+}
+
+// TestKeylessNeverMeetsKeyed is the namespace rule for every key source: a
+// message without a key, deduped on its message ID, never gets the key of
+// a publisher's event, even when the event's key is that very ID.
+func TestKeylessNeverMeetsKeyed(t *testing.T) {
+	for _, r := range []Rule{
+		{IDAttribute: "event_id"},
+		{From: KeyFromJSON, Path: "order_id"},
+		{From: KeyFromHash},
+	} {
+		t.Run(r.From.String(), func(t *testing.T) {
+			// The keyed event: its key is "3" (or, for the hash, whatever
+			// the payload "3" hashes to).
+			keyed, _, _, err := r.Derive(map[string]string{"event_id": "3"}, []byte(`{"order_id": 3}`), "1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A keyless message whose message ID equals that key.
+			keyless, src, missing, err := r.Derive(nil, nil, keyed)
+			if err != nil || src != SourceMessageID || !missing {
+				t.Fatalf("keyless message: %q, %v, %v, %v", keyless, src, missing, err)
+			}
+			if keyless == keyed || KeyOf(keyless) == KeyOf(keyed) {
+				t.Fatalf("keyless message with ID %q got the keyed event's key %q", keyed, keyless)
 			}
 		})
 	}
@@ -57,14 +86,14 @@ func FuzzKeyOf(f *testing.F) {
 	f.Add("\xff", "k", "")
 	f.Fuzz(func(t *testing.T, value, attr, msgID string) {
 		r := Rule{IDAttribute: attr}
-		key, src, _, err := r.Derive(map[string]string{attr: value}, msgID)
+		key, src, _, err := r.Derive(map[string]string{attr: value}, nil, msgID)
 		if err != nil {
-			if len(value) <= MaxKeyLen && (value == "" || utf8Valid(value)) && attr != "" {
+			if len(value) <= MaxKeyLen && (value == "" || utf8Valid(value)) && attr != "" && !strings.HasPrefix(value, MessageIDPrefix) {
 				t.Fatalf("valid value %q rejected: %v", value, err)
 			}
 			return
 		}
-		if attr != "" && value != "" && (key != value || src != FromAttribute) {
+		if attr != "" && value != "" && (key != value || src != SourceAttribute) {
 			t.Fatalf("key %q from %v, want the attribute %q", key, src, value)
 		}
 		// Equal keys hash equal; the hash is stable across calls.
@@ -97,38 +126,38 @@ func TestDeriveBody(t *testing.T) {
 		err     error
 		reason  string // in the error, for rejects
 	}{
-		{"json string", jsonRule("order.id"), order, "A-17", FromJSON, false, nil, ""},
-		{"json number keeps every digit", jsonRule("order.n"), order, "12345678901234567890", FromJSON, false, nil, ""},
-		{"json float as written", jsonRule("order.f"), order, "1.50", FromJSON, false, nil, ""},
-		{"json bool", jsonRule("order.ok"), order, "true", FromJSON, false, nil, ""},
-		{"json array index", jsonRule("items.0.sku"), order, "x", FromJSON, false, nil, ""},
-		{"escaped string decoded", jsonRule("id"), []byte(`{"id":"a\u00e9\"b"}`), "aé\"b", FromJSON, false, nil, ""},
-		{"absent field falls back", jsonRule("order.nope"), order, "m1", FromMessageID, true, nil, ""},
-		{"null falls back", jsonRule("order.none"), order, "m1", FromMessageID, true, nil, ""},
-		{"object falls back", jsonRule("order.obj"), order, "m1", FromMessageID, true, nil, ""},
-		{"array falls back", jsonRule("order.arr"), order, "m1", FromMessageID, true, nil, ""},
-		{"empty string falls back", jsonRule("order.empty"), order, "m1", FromMessageID, true, nil, ""},
-		{"not JSON falls back", jsonRule("id"), []byte("<html>id</html>"), "m1", FromMessageID, true, nil, ""},
-		{"truncated JSON falls back", jsonRule("id"), []byte(`{"id": 1`), "m1", FromMessageID, true, nil, ""},
-		{"empty payload falls back", jsonRule("id"), nil, "m1", FromMessageID, true, nil, ""},
-		{"binary payload falls back", jsonRule("id"), []byte{0xff, 0x00, 0x7b}, "m1", FromMessageID, true, nil, ""},
-		{"absent, reject", Rule{From: KeyFromJSON, Path: "order.nope", Missing: Reject}, order, "", NoKey, true, ErrKeyMissing, `JSON path "order.nope" not found`},
-		{"null, reject", Rule{From: KeyFromJSON, Path: "order.none", Missing: Reject}, order, "", NoKey, true, ErrKeyMissing, "is null"},
-		{"object, reject", Rule{From: KeyFromJSON, Path: "order.obj", Missing: Reject}, order, "", NoKey, true, ErrKeyMissing, "is an object"},
-		{"not JSON, reject", Rule{From: KeyFromJSON, Path: "id", Missing: Reject}, []byte("plain"), "", NoKey, true, ErrKeyMissing, "not JSON"},
-		{"absent, pass", Rule{From: KeyFromJSON, Path: "x", Missing: Pass}, order, "", NoKey, true, nil, ""},
-		{"json key too long", jsonRule("id"), long, "", NoKey, false, ErrKeyTooLong, ""},
-		{"json key not UTF-8", jsonRule("id"), []byte("{\"id\":\"\xff\"}"), "", NoKey, false, ErrKeyInvalid, ""},
-		{"hash", Rule{From: KeyFromHash}, []byte("hello"), sha("hello"), FromHash, false, nil, ""},
-		{"hash of binary", Rule{From: KeyFromHash}, []byte{0, 1, 2}, sha("\x00\x01\x02"), FromHash, false, nil, ""},
-		{"hash ignores attributes", Rule{From: KeyFromHash, IDAttribute: "key"}, []byte("hello"), sha("hello"), FromHash, false, nil, ""},
-		{"hash of nothing falls back", Rule{From: KeyFromHash}, nil, "m1", FromMessageID, true, nil, ""},
-		{"hash of nothing, reject", Rule{From: KeyFromHash, Missing: Reject}, []byte{}, "", NoKey, true, ErrKeyMissing, "payload is empty"},
-		{"attribute rule ignores the body", Rule{IDAttribute: "key"}, order, "456", FromAttribute, false, nil, ""},
+		{"json string", jsonRule("order.id"), order, "A-17", SourceJSON, false, nil, ""},
+		{"json number keeps every digit", jsonRule("order.n"), order, "12345678901234567890", SourceJSON, false, nil, ""},
+		{"json float as written", jsonRule("order.f"), order, "1.50", SourceJSON, false, nil, ""},
+		{"json bool", jsonRule("order.ok"), order, "true", SourceJSON, false, nil, ""},
+		{"json array index", jsonRule("items.0.sku"), order, "x", SourceJSON, false, nil, ""},
+		{"escaped string decoded", jsonRule("id"), []byte(`{"id":"a\u00e9\"b"}`), "aé\"b", SourceJSON, false, nil, ""},
+		{"absent field falls back", jsonRule("order.nope"), order, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
+		{"null falls back", jsonRule("order.none"), order, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
+		{"object falls back", jsonRule("order.obj"), order, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
+		{"array falls back", jsonRule("order.arr"), order, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
+		{"empty string falls back", jsonRule("order.empty"), order, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
+		{"not JSON falls back", jsonRule("id"), []byte("<html>id</html>"), MessageIDKey("m1"), SourceMessageID, true, nil, ""},
+		{"truncated JSON falls back", jsonRule("id"), []byte(`{"id": 1`), MessageIDKey("m1"), SourceMessageID, true, nil, ""},
+		{"empty payload falls back", jsonRule("id"), nil, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
+		{"binary payload falls back", jsonRule("id"), []byte{0xff, 0x00, 0x7b}, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
+		{"absent, reject", Rule{From: KeyFromJSON, Path: "order.nope", Missing: Reject}, order, "", SourceNone, true, ErrKeyMissing, `JSON path "order.nope" not found`},
+		{"null, reject", Rule{From: KeyFromJSON, Path: "order.none", Missing: Reject}, order, "", SourceNone, true, ErrKeyMissing, "is null"},
+		{"object, reject", Rule{From: KeyFromJSON, Path: "order.obj", Missing: Reject}, order, "", SourceNone, true, ErrKeyMissing, "is an object"},
+		{"not JSON, reject", Rule{From: KeyFromJSON, Path: "id", Missing: Reject}, []byte("plain"), "", SourceNone, true, ErrKeyMissing, "not JSON"},
+		{"absent, pass", Rule{From: KeyFromJSON, Path: "x", Missing: Pass}, order, "", SourceNone, true, nil, ""},
+		{"json key too long", jsonRule("id"), long, "", SourceNone, false, ErrKeyTooLong, ""},
+		{"json key not UTF-8", jsonRule("id"), []byte("{\"id\":\"\xff\"}"), "", SourceNone, false, ErrKeyInvalid, ""},
+		{"hash", Rule{From: KeyFromHash}, []byte("hello"), sha("hello"), SourceHash, false, nil, ""},
+		{"hash of binary", Rule{From: KeyFromHash}, []byte{0, 1, 2}, sha("\x00\x01\x02"), SourceHash, false, nil, ""},
+		{"hash ignores attributes", Rule{From: KeyFromHash, IDAttribute: "key"}, []byte("hello"), sha("hello"), SourceHash, false, nil, ""},
+		{"hash of nothing falls back", Rule{From: KeyFromHash}, nil, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
+		{"hash of nothing, reject", Rule{From: KeyFromHash, Missing: Reject}, []byte{}, "", SourceNone, true, ErrKeyMissing, "payload is empty"},
+		{"attribute rule ignores the body", Rule{IDAttribute: "key"}, order, "456", SourceAttribute, false, nil, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			key, src, missing, err := c.rule.DeriveBody(map[string]string{"key": "456"}, c.data, "m1")
+			key, src, missing, err := c.rule.Derive(map[string]string{"key": "456"}, c.data, "m1")
 			if !errors.Is(err, c.err) || key != c.key || src != c.src || missing != c.missing {
 				t.Fatalf("got (%.30q, %v, %v, %v), want (%.30q, %v, %v, %v)", key, src, missing, err, c.key, c.src, c.missing, c.err)
 			}
@@ -143,7 +172,7 @@ func TestDeriveBody(t *testing.T) {
 // has no key, and follows the missing-id policy.
 func TestDeriveOnBodyRuleWithoutPayload(t *testing.T) {
 	r := Rule{From: KeyFromJSON, Path: "id"}
-	if key, src, missing, err := r.Derive(map[string]string{"id": "x"}, "m1"); key != "m1" || src != FromMessageID || !missing || err != nil {
+	if key, src, missing, err := r.Derive(map[string]string{"id": "x"}, nil, "m1"); key != MessageIDKey("m1") || src != SourceMessageID || !missing || err != nil {
 		t.Fatalf("Derive on a JSON rule = %q, %v, %v, %v; want the message-ID fallback, counted missing", key, src, missing, err)
 	}
 }
@@ -191,7 +220,7 @@ func FuzzJSONKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, path string) {
 		for _, m := range []Missing{Fallback, Reject, Pass} {
 			r := Rule{From: KeyFromJSON, Path: path, Missing: m}
-			key, src, missing, err := r.DeriveBody(nil, data, "m1")
+			key, src, missing, err := r.Derive(nil, data, "m1")
 			switch {
 			case err != nil:
 				if !errors.Is(err, ErrKeyMissing) && !errors.Is(err, ErrKeyTooLong) && !errors.Is(err, ErrKeyInvalid) {
@@ -200,7 +229,7 @@ func FuzzJSONKey(f *testing.F) {
 				if errors.Is(err, ErrKeyMissing) && (m != Reject || !missing) {
 					t.Fatalf("missing key rejected under policy %v", m)
 				}
-			case src == FromJSON:
+			case src == SourceJSON:
 				if key == "" || len(key) > MaxKeyLen || !utf8Valid(key) || missing {
 					t.Fatalf("bad key %q (missing %v)", key, missing)
 				}
