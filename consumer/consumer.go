@@ -30,13 +30,15 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/dedup"
-	"github.com/dedupflow/dedupflow/internal/backoff"
+	"github.com/dedupflow/dedupflow/internal/gate"
+	"github.com/dedupflow/dedupflow/internal/outcome"
+	"github.com/dedupflow/dedupflow/limits"
+	"github.com/dedupflow/dedupflow/sink"
 )
 
 // HandlerFunc handles one message. Its return value decides the message's
@@ -66,6 +68,29 @@ type Options struct {
 	// ProducerAttribute labels dedupflow_missing_id_total, so the one
 	// producer in a fleet that forgets the key can be found.
 	ProducerAttribute string
+	// KeyFrom says where the key is, as the pipeline's --key-from:
+	// dedup.KeyFromAttribute (IDAttribute, the default), dedup.KeyFromJSON
+	// (the field at KeyPath of a JSON payload) or dedup.KeyFromHash (the
+	// payload's SHA-256). A payload without the key follows MissingID.
+	KeyFrom dedup.KeyFrom
+	// KeyPath is the gjson path of the key field, for dedup.KeyFromJSON.
+	KeyPath string
+
+	// TimestampAttribute holds each message's event time (milliseconds
+	// since the epoch or RFC 3339); empty means the publish time. A
+	// message whose attribute is missing or malformed goes to OnReject.
+	TimestampAttribute string
+	// TimeDomain is the horizon's clock: dedup.ProcessingTime (default)
+	// or dedup.EventTime, where a key expires when the watermark passes
+	// its event time plus the horizon (see dedup.Deduper.ClaimEvent).
+	TimeDomain dedup.TimeDomain
+	// AllowedLateness is how far the event-time watermark trails the
+	// highest event time seen.
+	AllowedLateness time.Duration
+	// Late is what happens, in event time, to a message too late to
+	// judge: dedup.LatePass (default) runs the handler without dedup,
+	// dedup.LateDeadLetter hands it to OnReject.
+	Late dedup.Late
 
 	// Horizon is how long a handled key is remembered, from first sight
 	// (default dedup.DefaultHorizon, at least dedup.MinHorizon). A copy
@@ -85,9 +110,11 @@ type Options struct {
 	// its kind: dedup.Redelivery (the same message again, e.g. after a
 	// lost ack) or dedup.Republish (a new message with the same key).
 	OnDuplicate func(ctx context.Context, m *pubsub.Message, kind dedup.Kind)
-	// OnReject, if set, receives the messages whose key cannot be used —
-	// the id attribute is missing under dedup.Reject, too long, or not
-	// UTF-8 — since a consumer has no dead-letter topic of its own. nil
+	// OnReject, if set, receives the messages that cannot be used — the
+	// key is missing under dedup.Reject, too long, not UTF-8, or in the
+	// message-ID namespace; the event time is missing or malformed; the
+	// handler returned an error wrapping ErrPermanent — since a consumer
+	// has no dead-letter topic of its own. nil
 	// from it acks the message (the callback took care of it, e.g. wrote it
 	// aside); an error nacks it. Unset, such messages are nacked and logged,
 	// never acked: give the subscription a dead-letter policy to move them
@@ -110,8 +137,10 @@ type Options struct {
 // ErrInvalidOptions is wrapped by every error New returns for bad Options.
 var ErrInvalidOptions = errors.New("invalid consumer options")
 
-// maxAttributeKey is the service's limit on attribute key length.
-const maxAttributeKey = 256
+// ErrPermanent, wrapped in a handler's error, says retrying cannot help
+// (the message is malformed for this service): the message goes to
+// OnReject instead of coming back.
+var ErrPermanent = sink.ErrPermanent
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...)
@@ -119,20 +148,35 @@ func invalid(format string, args ...any) error {
 
 // validate checks o and fills defaults.
 func (o *Options) validate() error {
-	for _, a := range []struct{ name, v string }{{"IDAttribute", o.IDAttribute}, {"ProducerAttribute", o.ProducerAttribute}} {
-		if len(a.v) > maxAttributeKey {
-			return invalid("%s is %d bytes; Pub/Sub attribute keys are at most %d", a.name, len(a.v), maxAttributeKey)
+	for _, a := range []struct{ name, v string }{
+		{"IDAttribute", o.IDAttribute}, {"ProducerAttribute", o.ProducerAttribute}, {"TimestampAttribute", o.TimestampAttribute},
+	} {
+		if a.v == "" {
+			continue
 		}
-		if !utf8.ValidString(a.v) {
-			return invalid("%s %q is not valid UTF-8", a.name, a.v)
+		if err := limits.AttributeKey(a.v); err != nil {
+			return invalid("%s: %w", a.name, err)
 		}
+	}
+	switch o.KeyFrom {
+	case dedup.KeyFromAttribute:
+		if o.KeyPath != "" {
+			return invalid("KeyPath %q needs KeyFrom dedup.KeyFromJSON", o.KeyPath)
+		}
+	case dedup.KeyFromJSON:
+		if o.KeyPath == "" {
+			return invalid("KeyFrom dedup.KeyFromJSON needs a KeyPath (a gjson path such as order.id)")
+		}
+	case dedup.KeyFromHash:
+	default:
+		return invalid("unknown KeyFrom %d", o.KeyFrom)
 	}
 	switch o.MissingID {
 	case dedup.Fallback, dedup.Pass, dedup.Reject:
 	default:
 		return invalid("unknown MissingID policy %d: want dedup.Fallback, dedup.Pass or dedup.Reject", o.MissingID)
 	}
-	if o.IDAttribute == "" {
+	if o.IDAttribute == "" && o.KeyFrom == dedup.KeyFromAttribute {
 		// Both settings only mean something when a message can lack the
 		// id attribute; accepting them silently would hide a typo'd config.
 		if o.MissingID != dedup.Fallback {
@@ -176,16 +220,9 @@ func (o *Options) validate() error {
 // Dedup wraps one handler. Its Handle method is the callback for
 // Subscriber.Receive; it is safe for concurrent use, as Receive requires.
 type Dedup struct {
-	opt   Options
-	rule  dedup.Rule
-	dd    *dedup.Deduper
-	f     HandlerFunc
-	log   *slog.Logger
-	now   func() time.Time
-	m     *metrics
-	store *backoff.Tracker
-
-	strikes backoff.Strikes // rejected messages nacked, without OnReject
+	opt  Options
+	f    HandlerFunc
+	gate *gate.Gate
 }
 
 // New validates opt and returns a Dedup over store under which f succeeds
@@ -205,19 +242,32 @@ func New(store dedup.Store, opt Options, f HandlerFunc) (*Dedup, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	dd, err := dedup.New(store, dedup.Options{Horizon: opt.Horizon, Lease: opt.Lease, Now: opt.Now, LocalWait: opt.Lease})
+	dd, err := dedup.New(store, dedup.Options{Horizon: opt.Horizon, Lease: opt.Lease, Now: opt.Now, LocalWait: opt.Lease,
+		Domain: opt.TimeDomain, AllowedLateness: opt.AllowedLateness})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
-	d := &Dedup{
-		opt:  opt,
-		rule: dedup.Rule{IDAttribute: opt.IDAttribute, Missing: opt.MissingID},
-		dd:   dd, f: f, log: opt.Logger, now: opt.Now,
-		m: newMetrics(),
+	d := &Dedup{opt: opt, f: f}
+	gc := gate.Config{
+		Rule:               dedup.Rule{IDAttribute: opt.IDAttribute, Missing: opt.MissingID, From: opt.KeyFrom, Path: opt.KeyPath},
+		TimestampAttribute: opt.TimestampAttribute, ProducerAttribute: opt.ProducerAttribute, Late: opt.Late,
+		Deduper: dd, Work: gate.Work{Name: "handler", Do: d.run},
+		RejectName: "OnReject", Hint: "set OnReject, or a dead-letter policy on the subscription",
+		Logger: opt.Logger, Now: opt.Now,
 	}
-	d.store = backoff.NewTracker("dedup store", "holding messages, nacking and backing off", d.log, d.now)
+	if opt.OnReject != nil {
+		gc.Reject = func(ctx context.Context, m *pubsub.Message, reason error) error {
+			return opt.OnReject(ctx, view(m), reason)
+		}
+	}
+	if opt.OnDuplicate != nil {
+		gc.OnDuplicate = func(ctx context.Context, m *pubsub.Message, k dedup.Kind) { opt.OnDuplicate(ctx, view(m), k) }
+	}
+	if d.gate, err = gate.New(gc); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
 	if opt.Registerer != nil {
-		if err := opt.Registerer.Register(d.m); err != nil {
+		if err := opt.Registerer.Register(d.gate.Collector()); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
@@ -234,12 +284,21 @@ func Handler(store dedup.Store, opt Options, f HandlerFunc) (func(context.Contex
 	return d.Handle, nil
 }
 
-// Counts returns the counters so far.
-func (d *Dedup) Counts() Counts { return d.m.Snapshot() }
+// Counts is a snapshot of a Dedup's counters. The outcomes add up to
+// Received once every message in flight is settled.
+type Counts = outcome.Counts
 
-// Ready reports whether the store answered the last claim; use it for a
-// readiness probe. While it is false, messages are held back and nacked.
-func (d *Dedup) Ready() bool { return d.store.Ready() }
+// Counts returns the counters so far.
+func (d *Dedup) Counts() Counts { return d.gate.Counts() }
+
+// Ready reports whether the store answered the last claim (and OnReject
+// its last call), and nothing fatal happened; use it for a readiness
+// probe. While it is false, messages are held back and nacked.
+func (d *Dedup) Ready() bool { return d.gate.Ready() }
+
+// Err is the error that retrying cannot fix which stopped the wrapper
+// (every message is nacked from then on), or nil.
+func (d *Dedup) Err() error { return d.gate.Err() }
 
 type keyCtx struct{}
 

@@ -43,7 +43,7 @@ func TestOptionsValidation(t *testing.T) {
 		{"unknown policy", mem.New(), consumer.Options{IDAttribute: "k", MissingID: 7}, nop, "unknown MissingID policy 7"},
 		{"reject without attribute", mem.New(), consumer.Options{MissingID: dedup.Reject}, nop, "MissingID reject needs an IDAttribute"},
 		{"producer without attribute", mem.New(), consumer.Options{ProducerAttribute: "source"}, nop, `ProducerAttribute "source" needs an IDAttribute`},
-		{"long attribute", mem.New(), consumer.Options{IDAttribute: strings.Repeat("a", 257)}, nop, "IDAttribute is 257 bytes"},
+		{"long attribute", mem.New(), consumer.Options{IDAttribute: strings.Repeat("a", 257)}, nop, "IDAttribute: invalid attribute key"},
 		{"binary attribute", mem.New(), consumer.Options{IDAttribute: "\xff"}, nop, "not valid UTF-8"},
 	}
 	for _, c := range cases {
@@ -109,7 +109,7 @@ func TestMissingID(t *testing.T) {
 	t.Run("fallback keys by message ID", func(t *testing.T) {
 		_, d, id, got := run(t, consumer.Options{}, false)
 		eventually(t, "handled", func() bool { return d.Counts().Emitted == 1 })
-		if r := got(); len(r.handled) != 1 || r.handled[0] != id {
+		if r := got(); len(r.handled) != 1 || r.handled[0] != dedup.MessageIDKey(id) {
 			t.Errorf("handler saw keys %v, want the message ID %s", r.handled, id)
 		}
 		if c := d.Counts(); c.MissingID != 1 {

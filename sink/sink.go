@@ -32,4 +32,4 @@ type Sink interface {
 // ErrPermanent marks a sink error that retrying cannot fix (the message is
 // too large for the output, say); the message goes to the dead-letter topic
 // instead of coming back forever.
-var ErrPermanent = errors.New("permanent sink error")
+var ErrPermanent = errors.New("retrying cannot help")

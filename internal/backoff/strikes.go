@@ -30,10 +30,10 @@ func (s *Strikes) Add(id string) int {
 	return s.n[id]
 }
 
-// Hold counts one more delivery of id, calls report with the count when it
+// Wait counts one more delivery of id, calls report with the count when it
 // deserves a log line (see Report), and waits for the delivery's pause:
 // lo doubling up to hi, or until ctx is done.
-func (s *Strikes) Hold(ctx context.Context, id string, lo, hi time.Duration, report func(n int)) {
+func (s *Strikes) Wait(ctx context.Context, id string, lo, hi time.Duration, report func(n int)) {
 	n := s.Add(id)
 	if Report(n) {
 		report(n)

@@ -49,6 +49,13 @@ type Counts struct {
 	InFlightConflict    int64
 	Retried             int64
 	MissingID           int64
+	// LateDuplicateSuspected counts emitted messages the audit marked as
+	// probable late duplicates; they are also in Emitted.
+	LateDuplicateSuspected int64
+	// TooLate counts messages too late to judge in event time, passed or
+	// dead-lettered by the late policy; they are also in Emitted or
+	// DeadLettered.
+	TooLate int64
 }
 
 // Counter keeps the counters as atomics, read both by Snapshot and by
@@ -58,6 +65,10 @@ type Counter struct {
 	received  atomic.Int64
 	outcome   [len(all)]atomic.Int64
 	missingID atomic.Int64
+	// Not outcomes: each of these messages is also counted under the
+	// outcome it had, so the outcomes still add up to received.
+	lateSuspected atomic.Int64
+	tooLate       atomic.Int64
 
 	producersMu sync.Mutex
 	producers   map[string]*atomic.Int64
@@ -73,6 +84,13 @@ func (c *Counter) Count(o Outcome) {
 		c.outcome[i].Add(1)
 	}
 }
+
+// LateSuspected counts one emitted message the audit marked as a probable
+// late duplicate.
+func (c *Counter) LateSuspected() { c.lateSuspected.Add(1) }
+
+// TooLate counts one message too late to judge in event time.
+func (c *Counter) TooLate() { c.tooLate.Add(1) }
 
 // MaxProducers is how many producer label values are kept; further values
 // are counted under OtherProducers.
@@ -116,6 +134,9 @@ func (c *Counter) Snapshot() Counts {
 		InFlightConflict:    get(InFlightConflict),
 		Retried:             get(Retried),
 		MissingID:           c.missingID.Load(),
+
+		LateDuplicateSuspected: c.lateSuspected.Load(),
+		TooLate:                c.tooLate.Load(),
 	}
 }
 
@@ -133,6 +154,10 @@ var (
 	descMessages = prometheus.NewDesc("dedupflow_messages_total", "Received messages by outcome.", []string{"outcome"}, nil)
 	descMissing  = prometheus.NewDesc("dedupflow_missing_id_total",
 		"Messages without the id attribute, by the producer attribute's value.", []string{"producer"}, nil)
+	descLateSuspected = prometheus.NewDesc("dedupflow_late_duplicates_suspected_total",
+		"Emitted messages whose key the audit filter saw beyond the dedup horizon (marked dedupflow_late_duplicate=probable; also counted as emitted).", nil, nil)
+	descTooLate = prometheus.NewDesc("dedupflow_too_late_total",
+		"Messages too late to judge in event time, passed or dead-lettered by the late policy (also counted under their outcome).", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -140,6 +165,8 @@ func (c *Counter) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descReceived
 	ch <- descMessages
 	ch <- descMissing
+	ch <- descLateSuspected
+	ch <- descTooLate
 }
 
 // Collect implements prometheus.Collector.
@@ -153,4 +180,6 @@ func (c *Counter) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descMissing, prometheus.CounterValue, float64(n.Load()), p)
 	}
 	c.producersMu.Unlock()
+	ch <- prometheus.MustNewConstMetric(descLateSuspected, prometheus.CounterValue, float64(c.lateSuspected.Load()))
+	ch <- prometheus.MustNewConstMetric(descTooLate, prometheus.CounterValue, float64(c.tooLate.Load()))
 }

@@ -66,6 +66,7 @@ func TestCounter(t *testing.T) {
 		}
 	}
 	wantSamples := []sample{ // Gather sorts by name, then label
+		{"dedupflow_late_duplicates_suspected_total", "", 0},
 		{"dedupflow_messages_total", "outcome=dead_lettered", 0},
 		{"dedupflow_messages_total", "outcome=duplicate_redelivery", 0},
 		{"dedupflow_messages_total", "outcome=duplicate_republish", 0},
@@ -75,6 +76,7 @@ func TestCounter(t *testing.T) {
 		{"dedupflow_missing_id_total", "producer=", 1},
 		{"dedupflow_missing_id_total", "producer=a", 8},
 		{"dedupflow_received_total", "", 9},
+		{"dedupflow_too_late_total", "", 0},
 	}
 	if len(got) != len(wantSamples) {
 		t.Fatalf("gathered %v, want %v", got, wantSamples)

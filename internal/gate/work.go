@@ -1,0 +1,136 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/backoff"
+	"github.com/dedupflow/dedupflow/internal/outcome"
+	"github.com/dedupflow/dedupflow/sink"
+)
+
+// note is what the audit needs of a keyed message.
+type note struct {
+	k  dedup.Key
+	at time.Time // the message's time on the horizon's clock
+}
+
+// auditTime is the time the audit files a key under: the processing clock,
+// or in event time the event time, held back to the processing clock (as
+// the watermark is) so a producer's future-dated clock cannot rotate every
+// generation out.
+func (g *Gate) auditTime(et time.Time) time.Time {
+	now := g.now()
+	if g.dd.Domain() == dedup.EventTime && et.Before(now) {
+		return et
+	}
+	return now
+}
+
+// suspect asks the audit whether a key the exact horizon no longer holds
+// was seen before.
+func (g *Gate) suspect(n *note) bool {
+	return g.cfg.Audit != nil && g.cfg.Audit.Contains(n.k, n.at)
+}
+
+// work runs the front end's step; with a ticket, it commits the key after
+// success and releases it otherwise. With a note, the key goes into the
+// audit once the work is done.
+func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, n *note) outcome.Outcome {
+	returned := false
+	if t != nil {
+		defer func() {
+			if !returned {
+				// The work panicked or called runtime.Goexit: release the
+				// key at once, so a replica can take the redelivery
+				// without waiting out the lease; the panic goes on.
+				g.release(it, *t)
+				g.log.Error(g.cfg.Work.Name+" did not return (panic or runtime.Goexit): key released, message nacked",
+					"key", it.Key, "message_id", it.In.ID)
+			}
+		}()
+	}
+	var err error
+	if g.workHealth != nil {
+		err = g.workHealth.Wait(ctx)
+	}
+	if err == nil {
+		start := g.now()
+		err = g.cfg.Work.Do(ctx, it)
+		g.m.workTime.Observe(g.now().Sub(start).Seconds())
+	}
+	returned = true
+	if err != nil {
+		if t != nil {
+			g.release(it, *t)
+		}
+		switch {
+		case errors.Is(err, dedup.ErrFatal):
+			g.stop(err)
+			return outcome.Retried
+		case errors.Is(err, sink.ErrPermanent):
+			return g.reject(ctx, it.In, err)
+		}
+		if g.workHealth != nil && ctx.Err() == nil {
+			g.workHealth.Fail(err)
+		}
+		g.log.Debug(g.cfg.Work.Name+" failed: message nacked", "key", it.Key, "message_id", it.In.ID, "err", err)
+		return outcome.Retried
+	}
+	if g.workHealth != nil {
+		g.workHealth.OK()
+	}
+	if n != nil && g.cfg.Audit != nil {
+		g.cfg.Audit.Add(n.k, n.at)
+		if it.LateDuplicate {
+			g.m.LateSuspected()
+			g.log.Debug("probable late duplicate emitted", "key", it.Key, "message_id", it.In.ID)
+		}
+	}
+	if t != nil {
+		g.commit(context.WithoutCancel(ctx), it, *t)
+	}
+	g.m.latency.Observe(g.now().Sub(it.In.PublishTime).Seconds())
+	return outcome.Emitted
+}
+
+// commit records the key after the work succeeded, retrying within half
+// the lease: once the lease ends a copy could pass. If the store stays
+// down the input is acked all the same — the work is done, and a nack
+// would only do it again — and a copy that slips through carries the key.
+func (g *Gate) commit(bg context.Context, it *Item, t dedup.Ticket) {
+	deadline := g.now().Add(g.dd.Lease() / 2)
+	for n := 1; ; n++ {
+		err := g.dd.Commit(g.by.ctx(), t)
+		if err == nil {
+			return
+		}
+		if errors.Is(err, dedup.ErrFatal) {
+			g.stop(err)
+			return
+		}
+		pause := backoff.Delay(n, 100*time.Millisecond, 2*time.Second)
+		if g.now().Add(pause).After(deadline) {
+			g.log.Warn("commit after the "+g.cfg.Work.Name+" succeeded failed; acking, a later copy may pass carrying the key",
+				"key", it.Key, "message_id", it.In.ID, "err", err)
+			return
+		}
+		_ = backoff.Sleep(bg, pause)
+	}
+}
+
+// release gives the key up after failed work, so the message can be
+// retried at once rather than after the lease.
+func (g *Gate) release(it *Item, t dedup.Ticket) {
+	err := g.dd.Release(g.by.ctx(), t)
+	if err == nil {
+		return
+	}
+	if errors.Is(err, dedup.ErrFatal) {
+		g.stop(err)
+	}
+	g.log.Warn("release failed; the key stays claimed until its lease ends",
+		"key", it.Key, "message_id", it.In.ID, "err", err)
+}
