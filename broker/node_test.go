@@ -17,10 +17,7 @@ import (
 // Node client (installed by scripts/test.sh) against our broker.
 func TestNodeClientRoundTrip(t *testing.T) {
 	nodeDir := testenv.NodeDir(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node is not installed: %v", err)
-	}
+	node := testenv.Tool(t, "node")
 	script, err := filepath.Abs(filepath.Join("..", "testdata", "node", "roundtrip.js"))
 	if err != nil {
 		t.Fatal(err)

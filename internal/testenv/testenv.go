@@ -1,18 +1,35 @@
-// Package testenv tells tests where the real servers started by scripts/test.sh
-// listen. A test that needs a server fails when it is missing; it never skips,
-// so a CI run without the server is red, not quietly green.
+// Package testenv tells tests where the real servers started by
+// scripts/test.sh listen. A test that needs a server it cannot find skips,
+// with one line naming what to start, so `go test ./...` passes on a
+// machine with only Go; with DEDUPFLOW_REQUIRE_SERVERS=1 (scripts/test.sh
+// sets it) it fails instead, so a CI run without the server is red, not
+// quietly green.
 package testenv
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
+
+// Required reports whether tests must fail, not skip, without a server.
+func Required() bool { return os.Getenv("DEDUPFLOW_REQUIRE_SERVERS") == "1" }
+
+// Missing skips t, or fails it when servers are required, saying what to
+// start or install.
+func Missing(t testing.TB, what string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("%s (DEDUPFLOW_REQUIRE_SERVERS=1: scripts/test.sh starts it)", what)
+	}
+	t.Skipf("skipped: %s; scripts/test.sh starts it", what)
+}
 
 func need(t testing.TB, name, what string) string {
 	t.Helper()
 	v := os.Getenv(name)
 	if v == "" {
-		t.Fatalf("%s is not set: this test needs %s; run it through scripts/test.sh, which starts it", name, what)
+		Missing(t, "this test needs "+what+" at $"+name)
 	}
 	return v
 }
@@ -42,4 +59,15 @@ func Chromium(t testing.TB) string { return need(t, "DEDUPFLOW_CHROMIUM", "Chrom
 // NodeDir is a folder whose node_modules holds the official Node Pub/Sub client.
 func NodeDir(t testing.TB) string {
 	return need(t, "DEDUPFLOW_NODE_DIR", "the official Node Pub/Sub client (npm install in testdata/node)")
+}
+
+// Tool is the path of a command-line tool on $PATH (node, gcloud,
+// promtool...), installed from Debian's packages by scripts/test.sh.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Missing(t, "this test needs "+name+" on $PATH")
+	}
+	return p
 }
