@@ -101,6 +101,9 @@ if [ -f "$root/testdata/node/package.json" ]; then
   export DEDUPFLOW_NODE_DIR="$root/testdata/node"
 fi
 
+# Every server above is running: a test that cannot find one fails, never skips.
+export DEDUPFLOW_REQUIRE_SERVERS=1
+
 log "go vet"
 go vet ./...
 log "go test"
