@@ -2,7 +2,6 @@ package dedup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -87,7 +86,7 @@ type Deduper struct {
 	opt   Options
 
 	mu    sync.Mutex
-	local map[Key]holder
+	local map[Key]claimant
 
 	wm *watermark // event time only
 }
@@ -97,7 +96,7 @@ func New(store Store, opt Options) (*Deduper, error) {
 	if err := opt.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Deduper{store: store, opt: opt, local: make(map[Key]holder)}
+	d := &Deduper{store: store, opt: opt, local: make(map[Key]claimant)}
 	if opt.Domain == EventTime {
 		d.wm = newWatermark(opt.AllowedLateness, opt.Now)
 	}
@@ -117,8 +116,8 @@ func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Tick
 	if d.wm != nil {
 		return d.ClaimEvent(ctx, k, msgID, d.opt.Now())
 	}
-	held, waited := d.hold(ctx, k, msgID)
-	if !held {
+	entered, waited := d.enter(ctx, k, msgID)
+	if !entered {
 		return Verdict{Status: InFlight, Waited: waited}, Ticket{}, nil
 	}
 	// Read the clock only once the key is held: a copy may have waited up
@@ -130,7 +129,7 @@ func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Tick
 	return v, t, err
 }
 
-// claim runs a claim, for a key this process holds (see hold), judged at
+// claim runs a claim, for a key this process holds (see enter), judged at
 // now (the processing clock, or the watermark), for a key that, once
 // committed, expires at expires.
 func (d *Deduper) claim(ctx context.Context, k Key, msgID string, now, expires time.Time) (Verdict, Ticket, error) {
@@ -171,24 +170,24 @@ func (d *Deduper) Release(ctx context.Context, t Ticket) error {
 	return nil
 }
 
-// holder is this process's claimant of a key; done is made by the first
+// claimant is this process's claimant of a key; done is made by the first
 // copy that waits, so a claim nobody waits for allocates nothing.
-type holder struct {
+type claimant struct {
 	msgID string
 	done  chan struct{}
 }
 
-// hold makes msgID this process's claimant of k, waiting up to LocalWait
+// enter makes msgID this process's claimant of k, waiting up to LocalWait
 // (or until ctx ends) while another message of this process holds it. It
 // reports how long it waited, on the Deduper's clock.
-func (d *Deduper) hold(ctx context.Context, k Key, msgID string) (held bool, waited time.Duration) {
+func (d *Deduper) enter(ctx context.Context, k Key, msgID string) (entered bool, waited time.Duration) {
 	var timeout <-chan time.Time
 	var start time.Time
 	for {
 		d.mu.Lock()
 		h, busy := d.local[k]
 		if !busy {
-			d.local[k] = holder{msgID: msgID}
+			d.local[k] = claimant{msgID: msgID}
 			d.mu.Unlock()
 			return true, d.since(start)
 		}
@@ -208,7 +207,7 @@ func (d *Deduper) hold(ctx context.Context, k Key, msgID string) (held bool, wai
 			timeout = t.C
 		}
 		select {
-		case <-h.done: // the holder committed or released: ask again
+		case <-h.done: // the claimant committed or released: ask again
 		case <-ctx.Done():
 			return false, d.since(start)
 		case <-timeout:
@@ -234,10 +233,4 @@ func (d *Deduper) forget(k Key) {
 	if h.done != nil {
 		close(h.done)
 	}
-}
-
-// Transient reports whether err is worth retrying (the store or sink was
-// unreachable) rather than a bug.
-func Transient(err error) bool {
-	return errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }

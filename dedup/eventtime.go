@@ -171,8 +171,8 @@ func (d *Deduper) ClaimEvent(ctx context.Context, k Key, msgID string, et time.T
 	if _, err := d.judge(et, d.wm.observe(et)); err != nil {
 		return Verdict{}, Ticket{}, err
 	}
-	held, waited := d.hold(ctx, k, msgID)
-	if !held {
+	entered, waited := d.enter(ctx, k, msgID)
+	if !entered {
 		return Verdict{Status: InFlight, Waited: waited}, Ticket{}, nil
 	}
 	// Judged again once held: a copy may have waited up to LocalWait, and

@@ -15,9 +15,9 @@ var ErrClosed = errors.New("postgres sink closed")
 
 // ErrUnavailable marks errors of a server that is down, restarting,
 // overloaded or unreachable. It also matches dedup.ErrUnavailable, so
-// dedup.Transient and callers that already branch on the store's sentinel
-// treat a sink outage the same way; only the text differs, so a log says
-// which of the two went away.
+// callers that already branch on the store's sentinel treat a sink outage
+// the same way; only the text differs, so a log says which of the two went
+// away.
 var ErrUnavailable error = unavailable{}
 
 type unavailable struct{}
@@ -25,19 +25,51 @@ type unavailable struct{}
 func (unavailable) Error() string        { return "postgres sink unavailable" }
 func (unavailable) Is(target error) bool { return target == dedup.ErrUnavailable }
 
+// ErrRefused marks errors that retrying cannot fix: the server refused the
+// credentials or the privilege, the database or the table is gone. It
+// matches dedup.ErrFatal, so the pipeline stops with it and exits non-zero
+// (after a restart, a dropped table is created again).
+var ErrRefused error = refused{}
+
+type refused struct{}
+
+func (refused) Error() string        { return "postgres sink refused" }
+func (refused) Is(target error) bool { return target == dedup.ErrFatal }
+
 // classify wraps err so callers can branch on it: ErrUnavailable for a
 // server that is down, restarting, overloaded or unreachable (the pipeline
-// backs off and retries; the pool reconnects by itself). Other server errors
-// (a dropped table, a missing privilege) are returned as they are: retrying
-// is right, an operator has to act, and nothing is dead-lettered for it.
+// backs off and retries; the pool reconnects by itself), ErrRefused for
+// what an operator has to fix. Other server errors are returned as they
+// are, and the message is retried.
 func classify(err error) error {
-	if err == nil || errors.Is(err, ErrUnavailable) {
+	if err == nil || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) {
 		return err
 	}
 	if transient(err) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	if permanent(err) {
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	}
 	return err
+}
+
+// permanent reports whether the server refused for a reason no retry
+// changes.
+func permanent(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch {
+	case pe.Code[:2] == "28": // invalid authorization: a wrong password, a removed role
+		return true
+	case pe.Code == "3D000", // the database does not exist
+		pe.Code == "42501", // insufficient privilege
+		pe.Code == "42P01": // the table does not exist
+		return true
+	}
+	return false
 }
 
 // transient reports whether err is about the server or the connection

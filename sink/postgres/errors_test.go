@@ -3,12 +3,14 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/sink/postgres"
+	"github.com/jackc/pgx/v5"
 )
 
 // A server that cannot be reached is reported as the sink's outage, not the
@@ -24,7 +26,33 @@ func TestOpenUnreachableNamesTheSink(t *testing.T) {
 	if msg := err.Error(); strings.Contains(msg, "dedup store") || !strings.Contains(msg, "postgres sink unavailable") {
 		t.Errorf("error %q: want it to say the postgres sink is unavailable, not the dedup store", msg)
 	}
-	if !errors.Is(err, postgres.ErrUnavailable) || !errors.Is(err, dedup.ErrUnavailable) || !dedup.Transient(err) {
-		t.Errorf("error %v: want postgres.ErrUnavailable, matching dedup.ErrUnavailable, transient", err)
+	if !errors.Is(err, postgres.ErrUnavailable) || !errors.Is(err, dedup.ErrUnavailable) {
+		t.Errorf("error %v: want postgres.ErrUnavailable, matching dedup.ErrUnavailable", err)
+	}
+}
+
+// A dropped table and refused credentials are errors that retrying cannot
+// fix: they match dedup.ErrFatal, so the pipeline stops and exits non-zero
+// instead of retrying forever (a restart creates the table again); an
+// outage stays transient.
+func TestRefusedIsFatal(t *testing.T) {
+	e := newEnv(t)
+	s := e.open(t, postgres.Options{})
+	if err := s.Write(context.Background(), msg("a", "m1", "x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.Exec(context.Background(), "DROP TABLE "+pgx.Identifier{e.table}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Write(context.Background(), msg("b", "m2", "x"))
+	if !errors.Is(err, dedup.ErrFatal) || !errors.Is(err, postgres.ErrRefused) || errors.Is(err, dedup.ErrUnavailable) {
+		t.Fatalf("write to a dropped table: %v, want ErrRefused matching dedup.ErrFatal", err)
+	}
+
+	u, _ := url.Parse(e.url)
+	u.User = url.UserPassword("no_such_role_"+e.app, "wrong")
+	_, err = postgres.Open(context.Background(), u.String(), postgres.Options{Table: e.table})
+	if !errors.Is(err, dedup.ErrFatal) {
+		t.Fatalf("open with a role the server refuses: %v, want dedup.ErrFatal", err)
 	}
 }
