@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,8 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/audit"
+	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
@@ -259,4 +264,86 @@ func metricValue(t *testing.T, reg *prometheus.Registry, sel string) float64 {
 	}
 	t.Fatalf("metric %s not exported", sel)
 	return 0
+}
+
+// A keyless message falls back to its message ID in a namespace of its
+// own: an event whose key equals that ID is not taken for its copy (nor it
+// for the event's), whichever way the key is taken, and the output carries
+// the fallback as dedup.MessageIDKey, never as a bare ID a downstream
+// reader could mistake for an event's key. On the broker, message IDs
+// count up from 1, as small as business keys.
+func TestKeylessAndKeyedNeverCollide(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		rule  dedup.Rule
+		keyed func(id string) (string, map[string]string)
+	}{
+		{"attribute", dedup.Rule{IDAttribute: "event_id"},
+			func(id string) (string, map[string]string) { return "event", map[string]string{"event_id": id} }},
+		{"json", dedup.Rule{From: dedup.KeyFromJSON, Path: "order_id"},
+			func(id string) (string, map[string]string) { return `{"order_id":` + id + `}`, nil }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			addr, stop, err := broker.NewTestServer()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(stop)
+			r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{Rule: c.rule, OutputIDAttribute: "key"}})
+			r.start()
+			id := r.publish("keyless", nil)
+			data, attrs := c.keyed(id)
+			r.publish(data, attrs)
+			n := r.waitCounts("both", func(n pipeline.Counts) bool { return n.Emitted+n.DuplicateRepublish == 2 })
+			if n.Emitted != 2 {
+				t.Fatalf("counts %+v: the event keyed %s was taken for a copy of the keyless message %s", n, id, id)
+			}
+			keys := map[string]string{}
+			for _, m := range r.drain(r.outSub, 2, 200*time.Millisecond) {
+				keys[m.data] = m.attrs["key"]
+			}
+			if keys["keyless"] != dedup.MessageIDKey(id) || keys[data] != id {
+				t.Fatalf("output keys %v: want the keyless message under %q and the event under %q", keys, dedup.MessageIDKey(id), id)
+			}
+		})
+	}
+}
+
+// refusingSink is a sink whose server refused the credentials.
+type refusingSink struct{ writes atomic.Int32 }
+
+func (s *refusingSink) Write(context.Context, *sink.Message) error {
+	s.writes.Add(1)
+	return fmt.Errorf("password authentication failed: %w", dedup.ErrFatal)
+}
+
+// A sink error that retrying cannot fix stops Run with that error (the
+// command then exits non-zero); the message is nacked, not acked, and its
+// key released, so nothing is lost.
+func TestFatalSinkErrorStopsRun(t *testing.T) {
+	srv, conn := newPstest(t)
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Rule: dedup.Rule{IDAttribute: "event_id"}}})
+	s := &refusingSink{}
+	dd, err := dedup.New(mem.New(), dedup.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := pipeline.New(pipeline.Config{Rule: dedup.Rule{IDAttribute: "event_id"}}, pipeline.Deps{Deduper: dd, Sink: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.publish("x", map[string]string{"event_id": "k"})
+	done := make(chan error, 1)
+	go func() { done <- p.Run(context.Background(), r.c.Subscriber(r.inSub.String())) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, dedup.ErrFatal) {
+			t.Fatalf("Run returned %v, want the sink's fatal error", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run still running 30 s after a fatal sink error")
+	}
+	if p.Ready() || s.writes.Load() != 1 || srv.Message(id).Acks != 0 {
+		t.Errorf("ready %v, %d writes, %d acks: want not ready, one write, no ack", p.Ready(), s.writes.Load(), srv.Message(id).Acks)
+	}
 }
