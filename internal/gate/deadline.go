@@ -8,12 +8,11 @@ import (
 )
 
 // deadlines hands out contexts that end between d-grain and d from now
-// (never later: a write must end before its claim's lease),
-// one shared by every caller within a grain: a context with a timeout per
-// write (and per commit) was a timer and three allocations per message,
-// about 6% of the pipeline's CPU. The contexts carry no values and are
-// not canceled by a shutdown, which is what writes that must outlive one
-// want.
+// (never later: a write must end before its claim's lease), one shared by
+// every caller within a grain, because a context with a timeout per write
+// and per commit costs a timer and three allocations per message. The
+// contexts carry no values and are not canceled by a shutdown, which is
+// what writes that must outlive one want.
 type deadlines struct {
 	d, grain time.Duration
 	cur      atomic.Pointer[deadlineCtx]

@@ -35,10 +35,9 @@ type publishFunc func(ctx context.Context, req *pb.PublishRequest, opts ...gax.C
 // acknowledged the publish.
 //
 // It batches by itself, on the client's generated Publish call, rather
-// than through pubsub.Publisher: the pipeline waits for every write, so the
-// Publisher's per-message machinery (a result channel, a scheduler
-// goroutine, stats tags) cost about a third of the pipeline's CPU in a
-// profile, while all it needs is one request per batch. Batches form the
+// than through pubsub.Publisher: the pipeline waits for every write, so it
+// needs one request per batch and none of the Publisher's per-message
+// machinery (a result channel, a scheduler goroutine, stats tags). Batches form the
 // way group commits do: a lone write goes at once; while requests are in
 // flight, writes gather, and another request starts only once the
 // gathered batch is big enough to pay for it (busy/maxRPCs of a full one).
