@@ -121,6 +121,12 @@ type Options struct {
 	// aside after a few attempts.
 	OnReject func(ctx context.Context, m *pubsub.Message, reason error) error
 
+	// VerifyToken, for PushHandler, checks the bearer token of each push
+	// request (an OIDC ID token: its signature, audience and issuer, e.g.
+	// with google.golang.org/api/idtoken.Validate); an error answers 401.
+	// Nil verifies nothing.
+	VerifyToken func(ctx context.Context, token string) error
+
 	// Logger receives warnings (store unreachable, a commit that failed);
 	// nil discards.
 	Logger *slog.Logger

@@ -95,7 +95,9 @@ func TestPermanentHandlerError(t *testing.T) {
 	e := newEnv(t, "pstest")
 	var rj rejects
 	d := mustNew(t, mem.New(), consumer.Options{IDAttribute: "event_id", OnReject: rj.take},
-		func(context.Context, *pubsub.Message) error { return fmt.Errorf("field total: %w", consumer.ErrPermanent) })
+		func(context.Context, *pubsub.Message) error {
+			return fmt.Errorf("field total: %w", consumer.ErrPermanent)
+		})
 	e.receive(nil, d.Handle)
 	id := e.publish("x", "k")
 	eventually(t, "dead-lettered", func() bool { return d.Counts().DeadLettered == 1 })
