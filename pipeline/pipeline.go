@@ -101,6 +101,7 @@ type Pipeline struct {
 
 	audit       *audit.Filter // nil: no audit horizon
 	auditTarget audit.Target  // nil: the audit is not kept across restarts
+	reg         prometheus.Registerer
 }
 
 // New validates cfg and returns a Pipeline.
@@ -123,7 +124,7 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Pipeline{cfg: cfg, sink: d.Sink, dl: d.DeadLetter, log: d.Logger}
+	p := &Pipeline{cfg: cfg, sink: d.Sink, dl: d.DeadLetter, log: d.Logger, reg: d.Registerer}
 	if cfg.Audit.Horizon > 0 {
 		if err := p.openAudit(d); err != nil {
 			return nil, err
@@ -198,19 +199,8 @@ type Receiver interface {
 // snapshot file, the audit filter is loaded first and saved for the last
 // time after the last message.
 func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
-	if to := p.auditTarget; to != nil {
-		s := audit.StartSnapshots(ctx, p.audit, to, p.cfg.AuditSnapshotEvery, p.log)
-		defer s.Stop()
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-p.gate.Done():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	ctx, stop := p.start(ctx)
+	defer stop()
 	err := in.Receive(ctx, func(ctx context.Context, m *pubsub.Message) {
 		if !p.Handle(ctx, m) {
 			m.Nack()
@@ -229,6 +219,29 @@ func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
 		return fmt.Errorf("receive: %w", err)
 	}
 	return nil
+}
+
+// start begins a run: the audit's snapshots, and a context that ends with
+// ctx or when the gate stops on a fatal error. stop ends both.
+func (p *Pipeline) start(ctx context.Context) (context.Context, func()) {
+	var snaps *audit.Snapshotter
+	if to := p.auditTarget; to != nil {
+		snaps = audit.StartSnapshots(ctx, p.audit, to, p.cfg.AuditSnapshotEvery, p.log)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-p.gate.Done():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		cancel()
+		if snaps != nil {
+			snaps.Stop()
+		}
+	}
 }
 
 // Handle processes one message and reports whether to ack it (true) or
