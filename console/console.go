@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -210,6 +211,7 @@ func (c *Console) readOutput(ctx context.Context) error {
 
 func (c *Console) rowOf(ctx context.Context, m *pubsub.Message) Row {
 	r := Row{Key: m.Attributes[c.o.IDAttribute], MessageID: m.ID}
+	r.KeyFromID = strings.HasPrefix(r.Key, dedup.MessageIDPrefix)
 	if utf8.Valid(m.Data) {
 		r.Data = string(m.Data)
 	} else {
@@ -220,7 +222,6 @@ func (c *Console) rowOf(ctx context.Context, m *pubsub.Message) Row {
 		r.EventTimeFrom = "attribute"
 		if s := c.subs.lookup(ctx, r.Key, et); s != nil {
 			r.Submission = s.id
-			r.KeyFromID = s.key == ""
 		}
 	} else {
 		et, r.EventTimeFrom = m.PublishTime, "publish time"

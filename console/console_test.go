@@ -15,6 +15,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
@@ -280,7 +281,7 @@ func TestSubmissionOutputBeforePublishReturns(t *testing.T) {
 
 	keyless := subs.begin(at, "")
 	found := make(chan *submission, 1)
-	go func() { found <- subs.lookup(t.Context(), "m-7", at) }()
+	go func() { found <- subs.lookup(t.Context(), dedup.MessageIDKey("m-7"), at) }() // the output carries the ID in its namespace
 	select {
 	case got := <-found:
 		t.Fatalf("keyless output resolved to %v before its message ID was known", got)

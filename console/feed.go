@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 )
 
@@ -159,14 +160,15 @@ func (s *submissions) forget(sub *submission) {
 }
 
 // marks are how outputs of sub can be recognised: by its key, or, without
-// one, by any copy's message ID, which the pipeline then uses as the key.
+// one, by any copy's message ID, which the pipeline then uses as the key
+// (in the message-ID namespace, dedup.MessageIDKey).
 func (s *submissions) marks(sub *submission) []string {
 	if sub.key != "" {
 		return []string{mark(sub.key, sub.at)}
 	}
 	out := make([]string, len(sub.ids))
 	for i, id := range sub.ids {
-		out[i] = mark(id, sub.at)
+		out[i] = mark(dedup.MessageIDKey(id), sub.at)
 	}
 	return out
 }

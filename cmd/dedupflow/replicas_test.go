@@ -480,7 +480,7 @@ const (
 	outagePace     = 24 * time.Second
 	outageAt       = 7 * time.Second
 	outageLength   = 10 * time.Second
-	storeDownMsg   = "dedup store unreachable: nacking and backing off"
+	storeDownMsg   = "dedup store unreachable: holding messages, nacking and backing off"
 	storeBackMsg   = "dedup store reachable again, resuming"
 	claimLeaseWait = 40 * time.Second // the claim lease (30 s) and a margin
 )
