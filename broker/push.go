@@ -430,7 +430,8 @@ func wrappedBody(d delivery, sub, publish string) ([]byte, error) {
 // redirects followed (a 3xx is a nack, as with the service).
 func newPushClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConnsPerHost = 64
+	t.MaxIdleConns = 0
+	t.MaxIdleConnsPerHost = pushMaxWindow
 	return &http.Client{
 		Transport:     t,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

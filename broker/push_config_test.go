@@ -30,10 +30,10 @@ func TestPushPullSwitch(t *testing.T) {
 		ctx := context.Background()
 		e := newEndpoint(t, always(http.StatusOK))
 		topic := createTopic(t, c)
-		sub := createSub(t, c, &pb.Subscription{Topic: topic})
+		sub := pushSub(t, tg, c, &pb.Subscription{Topic: topic})
 		pullAck := func(data string) {
 			t.Helper()
-			publishPB(t, tg, topic, &pb.PubsubMessage{Data: []byte(data)})
+			publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte(data)})
 			m := pullOne(t, c, sub.Name, 30*time.Second)
 			if string(m.Message.Data) != data {
 				t.Fatalf("pulled %q, want %q", m.Message.Data, data)
@@ -44,7 +44,7 @@ func TestPushPullSwitch(t *testing.T) {
 		}
 		pushed := func(data string) {
 			t.Helper()
-			publishPB(t, tg, topic, &pb.PubsubMessage{Data: []byte(data)})
+			publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte(data)})
 			if w := decodeWrapped(t, e.next(t, 30*time.Second)); string(w.Message.Data) != data {
 				t.Fatalf("pushed %q, want %q", w.Message.Data, data)
 			}
@@ -87,13 +87,13 @@ func TestPushSlowEndpoint(t *testing.T) {
 		c := newClient(t, tg.addr)
 		slow, fast := newEndpoint(t, always(0)), newEndpoint(t, always(http.StatusOK))
 		topic := createTopic(t, c)
-		slowSub := createSub(t, c, &pb.Subscription{Topic: topic, AckDeadlineSeconds: 60, PushConfig: &pb.PushConfig{PushEndpoint: slow.URL}})
-		createSub(t, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: fast.URL}})
+		slowSub := pushSub(t, tg, c, &pb.Subscription{Topic: topic, AckDeadlineSeconds: 60, PushConfig: &pb.PushConfig{PushEndpoint: slow.URL}})
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: fast.URL}})
 		var msgs []*pb.PubsubMessage
 		for i := range 50 {
 			msgs = append(msgs, &pb.PubsubMessage{Data: []byte{byte(i)}})
 		}
-		ids := publishPB(t, tg, topic, msgs...)
+		ids := publishPB(t, c, topic, msgs...)
 		got := map[string]bool{}
 		for len(got) < len(ids) {
 			got[decodeWrapped(t, fast.next(t, 30*time.Second)).Message.MessageID] = true
@@ -163,11 +163,11 @@ func TestPushOIDC(t *testing.T) {
 		e := newEndpoint(t, always(http.StatusOK))
 		topic := createTopic(t, c)
 		const email = "pusher@my-project.iam.gserviceaccount.com"
-		createSub(t, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL + "/a",
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL + "/a",
 			AuthenticationMethod: &pb.PushConfig_OidcToken_{OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: email, Audience: "my-audience"}}}})
-		createSub(t, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL + "/b",
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL + "/b",
 			AuthenticationMethod: &pb.PushConfig_OidcToken_{OidcToken: &pb.PushConfig_OidcToken{ServiceAccountEmail: email}}}})
-		publishPB(t, tg, topic, &pb.PubsubMessage{Data: []byte("x")})
+		publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("x")})
 
 		pub, kid, err := tg.ours.PushPublicKey()
 		if err != nil {
@@ -268,7 +268,7 @@ func TestPushConfigKill9(t *testing.T) {
 		PushConfig: &pb.PushConfig{PushEndpoint: modified.URL}}); err != nil {
 		t.Fatal(err)
 	}
-	id := publishPB(t, target{addr: addr}, topic, &pb.PubsubMessage{Data: []byte("survivor"), Attributes: map[string]string{"k": "v"}})[0]
+	id := publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("survivor"), Attributes: map[string]string{"k": "v"}})[0]
 	created.next(t, 10*time.Second) // nacked: the message stays
 	modified.next(t, 10*time.Second)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -94,13 +95,29 @@ func decodeWrapped(t *testing.T, p pushed) pushBody {
 	return w
 }
 
-func publishPB(t *testing.T, tg target, topic string, msgs ...*pb.PubsubMessage) []string {
+// publishPB publishes through the client's admin API, which takes ordering
+// keys without a publisher set up for ordering.
+func publishPB(t *testing.T, c *pubsub.Client, topic string, msgs ...*pb.PubsubMessage) []string {
 	t.Helper()
-	r, err := newClient(t, tg.addr).TopicAdminClient.Publish(context.Background(), &pb.PublishRequest{Topic: topic, Messages: msgs})
+	r, err := c.TopicAdminClient.Publish(context.Background(), &pb.PublishRequest{Topic: topic, Messages: msgs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r.MessageIds
+}
+
+// pushSub creates a subscription; on the shared emulator it is deleted
+// when the test ends, so that it does not go on pushing to a closed
+// endpoint.
+func pushSub(t *testing.T, tg target, c *pubsub.Client, sp *pb.Subscription) *pb.Subscription {
+	t.Helper()
+	s := createSub(t, c, sp)
+	if tg.ours == nil {
+		t.Cleanup(func() {
+			c.SubscriptionAdminClient.DeleteSubscription(context.Background(), &pb.DeleteSubscriptionRequest{Subscription: s.Name})
+		})
+	}
+	return s
 }
 
 var pushTime = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
@@ -111,13 +128,13 @@ func TestPushWrapped(t *testing.T) {
 		e := newEndpoint(t, always(http.StatusNoContent))
 		topic := createTopic(t, c)
 		dl := createTopic(t, c)
-		sub := createSub(t, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true,
+		sub := pushSub(t, tg, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true,
 			PushConfig:       &pb.PushConfig{PushEndpoint: e.URL + "/push/here?token=abc"},
 			DeadLetterPolicy: &pb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: 5}})
 		data := []byte(`{"status": "Hello there"} <&>`)
 		attrs := map[string]string{"Content-Type": "application/json", "k": "<v&w>"}
 		before := time.Now().Add(-time.Second)
-		id := publishPB(t, tg, topic, &pb.PubsubMessage{Data: data, Attributes: attrs, OrderingKey: "some-key"})[0]
+		id := publishPB(t, c, topic, &pb.PubsubMessage{Data: data, Attributes: attrs, OrderingKey: "some-key"})[0]
 		p := e.next(t, 30*time.Second)
 		if p.uri != "/push/here?token=abc" || p.header.Get("Content-Type") != "application/json" {
 			t.Errorf("request %s with Content-Type %q, want the endpoint's path and query, application/json", p.uri, p.header.Get("Content-Type"))
@@ -161,8 +178,8 @@ func TestPushWrappedAttributesOnly(t *testing.T) {
 		c := newClient(t, tg.addr)
 		e := newEndpoint(t, always(http.StatusOK))
 		topic := createTopic(t, c)
-		createSub(t, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
-		publishPB(t, tg, topic, &pb.PubsubMessage{Attributes: map[string]string{"only": "attributes"}})
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
+		publishPB(t, c, topic, &pb.PubsubMessage{Attributes: map[string]string{"only": "attributes"}})
 		p := e.next(t, 30*time.Second)
 		var raw struct{ Message map[string]any }
 		if err := json.Unmarshal(p.body, &raw); err != nil {
@@ -182,12 +199,12 @@ func TestPushUnwrapped(t *testing.T) {
 		c := newClient(t, tg.addr)
 		meta, plain := newEndpoint(t, always(http.StatusOK)), newEndpoint(t, always(http.StatusOK))
 		topic := createTopic(t, c)
-		sub := createSub(t, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, PushConfig: &pb.PushConfig{PushEndpoint: meta.URL,
+		sub := pushSub(t, tg, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, PushConfig: &pb.PushConfig{PushEndpoint: meta.URL,
 			Wrapper: &pb.PushConfig_NoWrapper_{NoWrapper: &pb.PushConfig_NoWrapper{WriteMetadata: true}}}})
-		createSub(t, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: plain.URL,
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: plain.URL,
 			Wrapper: &pb.PushConfig_NoWrapper_{NoWrapper: &pb.PushConfig_NoWrapper{}}}})
 		data := []byte(`{"status": "Hello there"}`)
-		id := publishPB(t, tg, topic, &pb.PubsubMessage{Data: data, OrderingKey: "some-key",
+		id := publishPB(t, c, topic, &pb.PubsubMessage{Data: data, OrderingKey: "some-key",
 			Attributes: map[string]string{"Content-Type": "application/json", "k": "v w", hdrMessageID: "spoofed"}})[0]
 
 		p := meta.next(t, 30*time.Second)
@@ -250,8 +267,8 @@ func TestPushAckCodes(t *testing.T) {
 					return http.StatusNoContent
 				})
 				topic := createTopic(t, c)
-				createSub(t, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
-				ids := publishPB(t, tg, topic, &pb.PubsubMessage{Data: []byte("1"), OrderingKey: "k"}, &pb.PubsubMessage{Data: []byte("2"), OrderingKey: "k"})
+				pushSub(t, tg, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
+				ids := publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("1"), OrderingKey: "k"}, &pb.PubsubMessage{Data: []byte("2"), OrderingKey: "k"})
 				want := []string{ids[0], ids[1]}
 				if code >= 300 {
 					want = []string{ids[0], ids[0], ids[1]}
@@ -287,9 +304,9 @@ func TestPushAckProcessing(t *testing.T) {
 	}))
 	defer srv.Close()
 	topic := createTopic(t, c)
-	createSub(t, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, PushConfig: &pb.PushConfig{PushEndpoint: srv.URL,
+	pushSub(t, tg, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, PushConfig: &pb.PushConfig{PushEndpoint: srv.URL,
 		Wrapper: &pb.PushConfig_NoWrapper_{NoWrapper: &pb.PushConfig_NoWrapper{}}}})
-	publishPB(t, tg, topic, &pb.PubsubMessage{Data: []byte("1"), OrderingKey: "k"}, &pb.PubsubMessage{Data: []byte("2"), OrderingKey: "k"})
+	publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("1"), OrderingKey: "k"}, &pb.PubsubMessage{Data: []byte("2"), OrderingKey: "k"})
 	for _, want := range []string{"1", "2"} {
 		select {
 		case b := <-got:
@@ -312,8 +329,8 @@ func TestPushRedeliveryAfter500(t *testing.T) {
 			return http.StatusOK
 		})
 		topic := createTopic(t, c)
-		createSub(t, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
-		id := publishPB(t, tg, topic, &pb.PubsubMessage{Data: []byte("again")})[0]
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
+		id := publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("again")})[0]
 		first, second := e.next(t, 30*time.Second), e.next(t, 30*time.Second)
 		for _, p := range []pushed{first, second} {
 			if w := decodeWrapped(t, p); w.Message.MessageID != id || string(w.Message.Data) != "again" {
@@ -334,8 +351,8 @@ func TestPushRedeliveryAfterTimeout(t *testing.T) {
 			return http.StatusOK
 		})
 		topic := createTopic(t, c)
-		createSub(t, c, &pb.Subscription{Topic: topic, AckDeadlineSeconds: 10, PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
-		id := publishPB(t, tg, topic, &pb.PubsubMessage{Data: []byte("slow")})[0]
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, AckDeadlineSeconds: 10, PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
+		id := publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("slow")})[0]
 		first, second := e.next(t, 30*time.Second), e.next(t, 40*time.Second)
 		if a, b := decodeWrapped(t, first).Message.MessageID, decodeWrapped(t, second).Message.MessageID; a != id || b != id {
 			t.Errorf("pushed %s then %s, want %s twice", a, b, id)
@@ -351,10 +368,10 @@ func TestPushDeadLetter(t *testing.T) {
 		c := newClient(t, tg.addr)
 		e := newEndpoint(t, always(http.StatusInternalServerError))
 		topic, dl := createTopic(t, c), createTopic(t, c)
-		dlSub := createSub(t, c, &pb.Subscription{Topic: dl})
-		sub := createSub(t, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL},
+		dlSub := pushSub(t, tg, c, &pb.Subscription{Topic: dl})
+		sub := pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL},
 			DeadLetterPolicy: &pb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: 5}})
-		id := publishPB(t, tg, topic, &pb.PubsubMessage{Data: []byte("poison"), Attributes: map[string]string{"a": "b"}})[0]
+		id := publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("poison"), Attributes: map[string]string{"a": "b"}})[0]
 		m := pullOne(t, c, dlSub.Name, 60*time.Second)
 		if string(m.Message.Data) != "poison" || m.Message.Attributes["a"] != "b" || m.Message.MessageId == id ||
 			m.Message.Attributes[attrDLDeliveryCount] != "5" || m.Message.Attributes[attrDLSubscription] == "" {
@@ -385,7 +402,7 @@ func TestPushBadEndpoint(t *testing.T) {
 		c := newClient(t, tg.addr)
 		ctx := context.Background()
 		topic := createTopic(t, c)
-		pull := createSub(t, c, &pb.Subscription{Topic: topic})
+		pull := pushSub(t, tg, c, &pb.Subscription{Topic: topic})
 		bad := rejectedByBoth
 		if tg.ours != nil {
 			bad = append(bad, oursOnly...)
