@@ -47,6 +47,12 @@
 // oldest message it kept, as the service documents; seeking to one queues
 // exactly those messages (that the subscription's filter passes) again.
 //
+// Topics and subscriptions can exist before the broker serves: Ensure
+// creates what ParseResources read from a YAML or JSON file of the REST
+// API's Topic and Subscription resources (bootstrap.go), through the same
+// handlers as a client's requests, and refuses one that exists with another
+// configuration, naming the field.
+//
 // Not supported: BigQuery/Cloud Storage subscriptions, schemas; those calls
 // answer Unimplemented.
 //

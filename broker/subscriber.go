@@ -280,22 +280,18 @@ func (srv *subscriberServer) ModifyAckDeadline(_ context.Context, req *pb.Modify
 }
 
 func (srv *subscriberServer) Seek(ctx context.Context, req *pb.SeekRequest) (*pb.SeekResponse, error) {
-	var target time.Time
-	snap, isSnap := req.Target.(*pb.SeekRequest_Snapshot)
-	switch v := req.Target.(type) {
-	case *pb.SeekRequest_Time:
-		target = v.Time.AsTime()
-	case *pb.SeekRequest_Snapshot:
-	default:
-		return nil, status.Error(codes.InvalidArgument, "seek needs a time or a snapshot")
-	}
 	b := srv.b
 	b.mu.Lock()
 	s, err := srv.subscription(req.Subscription)
-	if err == nil && isSnap {
-		err = srv.seekToSnapshotLocked(s, snap.Snapshot)
-	} else if err == nil {
-		b.seekLocked(s, target.UnixNano())
+	if err == nil {
+		switch v := req.Target.(type) {
+		case *pb.SeekRequest_Time:
+			b.seekLocked(s, v.Time.AsTime().UnixNano())
+		case *pb.SeekRequest_Snapshot:
+			err = srv.seekToSnapshotLocked(s, v.Snapshot)
+		default:
+			err = status.Error(codes.InvalidArgument, "seek needs a time or a snapshot")
+		}
 	}
 	if err != nil {
 		b.mu.Unlock()
