@@ -28,6 +28,11 @@ subscriptions:
       maxDeliveryAttempts: 6
     retryPolicy: {minimumBackoff: 5s, maximumBackoff: 60s}
     pushConfig: {}
+  - name: orders-push
+    topic: orders
+    pushConfig:
+      pushEndpoint: http://127.0.0.1:1/push
+      noWrapper: {writeMetadata: true}
   - name: orders-dead-all
     topic: projects/other/topics/audit
 `
@@ -62,8 +67,11 @@ func TestParseResources(t *testing.T) {
 		!strings.Contains(s.Filter, `"eu"`) {
 		t.Errorf("subscription: %v", s)
 	}
-	if r.Subscriptions[1].Topic != "projects/other/topics/audit" {
-		t.Errorf("a full name is kept: %v", r.Subscriptions[1].Topic)
+	if p := r.Subscriptions[1].PushConfig; p.PushEndpoint != "http://127.0.0.1:1/push" || !p.GetNoWrapper().WriteMetadata {
+		t.Errorf("push config: %v", p)
+	}
+	if r.Subscriptions[2].Topic != "projects/other/topics/audit" {
+		t.Errorf("a full name is kept: %v", r.Subscriptions[2].Topic)
 	}
 	g, err := ParseResources([]byte(gcloudJSON), "")
 	if err != nil {
@@ -131,6 +139,8 @@ func TestEnsureTwice(t *testing.T) {
 		{"labels: {team: shop}", "labels: {team: ops}", `topic projects/dedupflow-test/topics/orders exists with a different configuration: labels is {"team":"shop"}`},
 		{`    filter: 'attributes.region = "eu" AND NOT attributes:test'` + "\n", "", "filter is"},
 		{"maximumBackoff: 60s", "maximumBackoff: 61s", `retryPolicy.maximumBackoff is "60s", the bootstrap asks for "61s"`},
+		{"127.0.0.1:1/push", "127.0.0.1:2/push", `pushConfig.pushEndpoint is "http://127.0.0.1:1/push", the bootstrap asks for "http://127.0.0.1:2/push"`},
+		{"writeMetadata: true", "writeMetadata: false", `pushConfig.noWrapper.writeMetadata is true, the bootstrap asks for`},
 	} {
 		changed, err := ParseResources([]byte(strings.Replace(file, c.from, c.to, 1)), project)
 		if err != nil {

@@ -306,3 +306,51 @@ func minCount(m map[string]int) int {
 	}
 	return n
 }
+
+// TestFilterPush: a push subscription's filter keeps what does not match
+// from ever reaching the endpoint.
+func TestFilterPush(t *testing.T) {
+	tg := startOurs(t, realClock)
+	c := newClient(t, tg.addr)
+	e := newEndpoint(t, always(200))
+	topic := createTopic(t, c)
+	sub := createSub(t, c, &pb.Subscription{Topic: topic, Filter: `attributes.kind = "keep"`,
+		PushConfig: &pb.PushConfig{PushEndpoint: e.URL + "/push"}})
+	var msgs []*pubsub.Message
+	for i := range 6 {
+		kind := map[bool]string{true: "keep", false: "drop"}[i%2 == 0]
+		msgs = append(msgs, &pubsub.Message{Data: []byte("x"), Attributes: map[string]string{"kind": kind, "idx": fmt.Sprint(i)}})
+	}
+	publish(t, c, topic, msgs...)
+	var got []string
+	for range 3 {
+		w := decodeWrapped(t, e.next(t, 10*time.Second))
+		if w.Message.Attributes["kind"] != "keep" {
+			t.Errorf("pushed %v although the filter rejects it", w.Message.Attributes)
+		}
+		got = append(got, w.Message.Attributes["idx"])
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"0", "2", "4"}) {
+		t.Errorf("pushed %v, want 0 2 4", got)
+	}
+	// Once the three are acknowledged nothing is left to push: the others
+	// were never queued.
+	for end := time.Now().Add(10 * time.Second); ; {
+		tg.ours.mu.Lock()
+		held := tg.ours.subs[sub.Name].held
+		tg.ours.mu.Unlock()
+		if held == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the subscription still holds %d messages", held)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case p := <-e.got:
+		t.Errorf("a fourth push: %s", p.body)
+	default:
+	}
+}
