@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 // fatal fails the test unless err wraps dedup.ErrFatal and not
@@ -83,4 +86,18 @@ func TestPermanentErrors(t *testing.T) {
 		}
 		fatal(t, "claim after the password changed", err)
 	})
+}
+
+// TestClientLogsThroughSlog: go-redis's own lines (a dial that failed)
+// reach the store's logger, not stderr beside it.
+func TestClientLogsThroughSlog(t *testing.T) {
+	var buf testenv.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	url := fmt.Sprintf("redis://127.0.0.1:%d/0?dial_timeout=200ms", freePort(t))
+	if _, err := Open(context.Background(), url, Options{Logger: log}); !errors.Is(err, dedup.ErrUnavailable) {
+		t.Fatalf("open with nothing listening: %v, want ErrUnavailable", err)
+	}
+	if out := buf.String(); !strings.Contains(out, "level=DEBUG msg=\"redis client\"") || !strings.Contains(out, "failed to dial") {
+		t.Fatalf("the store's log holds %q, want go-redis's failed dial at debug level", out)
+	}
 }

@@ -119,6 +119,8 @@ var _ dedup.Store = (*Store)(nil)
 // addr=host:port). It pings the server, so a wrong address or password
 // fails here rather than on the first message.
 func Open(ctx context.Context, rawURL string, opt Options) (*Store, error) {
+	opt.Logger = logger(opt.Logger)
+	installLog(opt.Logger)
 	rdb, prefix, err := Dial(ctx, rawURL)
 	if err != nil {
 		return nil, err
@@ -190,9 +192,8 @@ func Dial(ctx context.Context, rawURL string) (rdb goredis.UniversalClient, pref
 // New returns a store over a client the caller made (and closes after the
 // store's Close).
 func New(rdb goredis.UniversalClient, opt Options) *Store {
-	if opt.Logger == nil {
-		opt.Logger = slog.New(slog.DiscardHandler)
-	}
+	opt.Logger = logger(opt.Logger)
+	installLog(opt.Logger)
 	if opt.Prefix == "" {
 		opt.Prefix = DefaultPrefix
 	}
@@ -208,6 +209,13 @@ func New(rdb goredis.UniversalClient, opt Options) *Store {
 	s := &Store{rdb: rdb, log: opt.Logger, prefix: opt.Prefix, slack: opt.TTLSlack.Milliseconds()}
 	s.b = newBatcher(s, opt)
 	return s
+}
+
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return l
 }
 
 func (s *Store) key(k dedup.Key) string {
