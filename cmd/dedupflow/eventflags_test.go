@@ -12,28 +12,25 @@ import (
 
 // The flags of keys from the body, event time and the audit horizon.
 func TestEventAndAuditFlags(t *testing.T) {
-	base := []string{"--input-subscription", "projects/p/subscriptions/s", "--output-topic", "projects/p/topics/t"}
+	base := []string{"--input-subscription", "projects/p/subscriptions/sub", "--output-topic", "projects/p/topics/out"}
 	cases := []struct {
 		args []string
 		err  string
-		ok   func(t *testing.T, j *job)
+		ok   func(t *testing.T, c jobConfig)
 	}{
 		{args: []string{"--key-from", "json:order.id", "--time-domain", "event", "--allowed-lateness", "2m",
 			"--audit-horizon", "7d", "--audit-fp", "0.01", "--audit-capacity", "1000", "--state", "file:/var/lib/d/state.db"},
-			ok: func(t *testing.T, j *job) {
-				cfg, opt, err := j.config()
-				if err != nil {
-					t.Fatal(err)
-				}
+			ok: func(t *testing.T, c jobConfig) {
+				cfg, opt := c.pipeline, c.dedup
 				if cfg.Rule.From != dedup.KeyFromJSON || cfg.Rule.Path != "order.id" || opt.Domain != dedup.EventTime ||
 					opt.AllowedLateness != 2*time.Minute || cfg.Audit.Horizon != 7*24*time.Hour || cfg.Audit.FalsePositive != 0.01 ||
 					cfg.Audit.Capacity != 1000 || cfg.AuditSnapshot != "/var/lib/d/state.db.audit" {
 					t.Fatalf("config %+v, options %+v", cfg, opt)
 				}
 			}},
-		{args: []string{"--key-from", "hash", "--missing-id", "pass"}, ok: func(t *testing.T, j *job) {
-			if cfg, _, err := j.config(); err != nil || cfg.Rule.From != dedup.KeyFromHash || cfg.Audit.Horizon != 0 {
-				t.Fatalf("%+v, %v", cfg, err)
+		{args: []string{"--key-from", "hash", "--missing-id", "pass"}, ok: func(t *testing.T, c jobConfig) {
+			if cfg := c.pipeline; cfg.Rule.From != dedup.KeyFromHash || cfg.Audit.Horizon != 0 {
+				t.Fatalf("%+v", cfg)
 			}
 		}},
 		{args: []string{"--key-from", "json:"}, err: "path is empty"},
@@ -41,7 +38,7 @@ func TestEventAndAuditFlags(t *testing.T) {
 		{args: []string{"--key-from", "hash", "--id-attribute", "k"}, err: "--output-id-attribute"},
 		{args: []string{"--time-domain", "ingest"}, err: "processing or event"},
 		{args: []string{"--late", "dead-letter", "--time-domain", "event"}, err: "--dead-letter-topic"},
-		{args: []string{"--late", "dead-letter", "--dead-letter-topic", "dl"}, err: "--time-domain event"},
+		{args: []string{"--late", "dead-letter", "--dead-letter-topic", "projects/p/topics/dead"}, err: "--time-domain event"},
 		{args: []string{"--late", "drop"}, err: "pass or dead-letter"},
 		{args: []string{"--allowed-lateness", "-1s", "--time-domain", "event"}, err: "negative"},
 		{args: []string{"--audit-horizon", "5m"}, err: "longer than --horizon"},
@@ -51,13 +48,14 @@ func TestEventAndAuditFlags(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
-			var j job
+			var j jobFlags
 			fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
 			j.register(fs)
 			err := fs.Parse(append(append([]string{}, base...), c.args...))
+			var cfg jobConfig
 			if err == nil {
-				_, _, err = j.config()
+				cfg, err = j.config()
 			}
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
@@ -68,7 +66,7 @@ func TestEventAndAuditFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.ok(t, &j)
+			c.ok(t, cfg)
 		})
 	}
 }

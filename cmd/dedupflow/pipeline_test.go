@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/internal/testenv"
-	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 // TestPipelineFlagsBeforeConnecting: a bad or misplaced flag is refused
@@ -143,20 +143,29 @@ func TestPipelineStart(t *testing.T) {
 
 // The start line's output for each sink.
 func TestOutputLabel(t *testing.T) {
-	topic := pubsubio.Name{Project: "p", Kind: "topics", ID: "out"}
 	for _, tc := range []struct {
-		j    job
-		out  pubsubio.Name
+		args []string
 		want string
 	}{
-		{job{sink: "pubsub"}, topic, "projects/p/topics/out"},
-		{job{}, topic, "projects/p/topics/out"},
-		{job{sink: "stdout"}, pubsubio.Name{}, "stdout"},
-		{job{sink: "postgres://u:pw@db/x", table: "orders"}, pubsubio.Name{}, "table orders"},
-		{job{sink: "postgresql://db/x"}, pubsubio.Name{}, "table events"},
+		{[]string{"--sink", "pubsub", "--output-topic", "out"}, "projects/p/topics/out"},
+		{[]string{"--output-topic", "projects/p/topics/out"}, "projects/p/topics/out"},
+		{[]string{"--sink", "stdout"}, "stdout"},
+		{[]string{"--sink", "postgres://u:pw@db/x", "--table", "orders"}, "table orders"},
+		{[]string{"--sink", "postgresql://db/x", "--table", ""}, "table events"},
 	} {
-		if got := tc.j.outputLabel(tc.out); got != tc.want {
-			t.Errorf("sink %q table %q: output %q, want %q", tc.j.sink, tc.j.table, got, tc.want)
+		var j jobFlags
+		fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
+		j.register(fs)
+		if err := fs.Parse(append([]string{"--project", "p", "--input-subscription", "sub"}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		j.given = given(fs)
+		cfg, err := j.config()
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if got := cfg.outputLabel(); got != tc.want {
+			t.Errorf("%q: output %q, want %q", tc.args, got, tc.want)
 		}
 	}
 }

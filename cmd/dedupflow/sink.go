@@ -19,16 +19,21 @@ import (
 	"github.com/dedupflow/dedupflow/sink/topic"
 )
 
-// sinkSpec is what --sink and its companions say.
+// sinkSpec is what --sink and its companions say, checked.
 type sinkSpec struct {
-	spec       string // --sink: pubsub, stdout, or a postgres:// URL
+	kind       string // sinkPubSub, sinkStdout or sinkPostgres
+	url        string // --sink, for the postgres sink
 	table      string // --table, for the postgres sink
-	onConflict string // --on-conflict, for the postgres sink: nothing (default) or update
-	client     *pubsub.Client
-	topic      pubsubio.Name // --output-topic, for the pubsub sink
-	timeout    time.Duration // one write's bound
-	stdout     io.Writer     // for --sink stdout; nil means os.Stdout
-	log        *slog.Logger
+	onConflict postgres.OnConflict
+}
+
+// sinkWiring is what a sink is opened with.
+type sinkWiring struct {
+	client  *pubsub.Client
+	topic   pubsubio.Name // --output-topic, for the pubsub sink
+	timeout time.Duration // one write's bound
+	stdout  io.Writer     // for --sink stdout; nil means os.Stdout
+	log     *slog.Logger
 }
 
 // The kinds of sink --sink names.
@@ -53,34 +58,26 @@ func sinkKind(spec string) (string, error) {
 
 // openSink opens the sink named by --sink. The returned func stops it,
 // after the pipeline has finished its writes.
-func openSink(ctx context.Context, s sinkSpec) (sink.Sink, func(), error) {
-	kind, err := sinkKind(s.spec)
-	if err != nil {
-		return nil, nil, err
-	}
-	switch kind {
+func openSink(ctx context.Context, s sinkSpec, w sinkWiring) (sink.Sink, func(), error) {
+	switch s.kind {
 	case sinkPubSub:
-		ts := topic.New(s.client, s.topic, s.timeout)
+		ts := topic.New(w.client, w.topic, w.timeout)
 		return ts, ts.Stop, nil
 	case sinkStdout:
-		w := s.stdout
-		if w == nil {
-			w = os.Stdout
+		out := w.stdout
+		if out == nil {
+			out = os.Stdout
 		}
-		return stdout.New(w), func() {}, nil
+		return stdout.New(out), func() {}, nil
 	default:
-		oc, err := postgres.ParseOnConflict(s.onConflict)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--on-conflict: %w", err)
-		}
-		o := postgres.Options{Table: s.table, OnConflict: oc, Logger: s.log}
-		if s.timeout > 0 {
+		o := postgres.Options{Table: s.table, OnConflict: s.onConflict, Logger: w.log}
+		if w.timeout > 0 {
 			// Half the write's bound: a statement that cannot finish
 			// by then fails as unavailable while the writer still
 			// waits, so the pipeline logs the cause, not a timeout.
-			o.StatementTimeout = max(s.timeout/2, time.Second)
+			o.StatementTimeout = max(w.timeout/2, time.Second)
 		}
-		ps, err := postgres.Open(ctx, s.spec, o)
+		ps, err := postgres.Open(ctx, s.url, o)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--sink postgres: %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -37,29 +38,55 @@ const (
 	upShutdownWait = 5 * time.Second
 )
 
-// upConfig is what `dedupflow up` is told.
-type upConfig struct {
-	job         job
+// upFlags are what `dedupflow up` is told.
+type upFlags struct {
+	job         jobFlags
 	brokerAddr  string
 	consoleAddr string
 }
 
-func (u *upConfig) register(fs *flag.FlagSet) {
+func (u *upFlags) register(fs *flag.FlagSet) {
 	// The pipeline flags that mean the same here, under the same names.
-	fs.StringVar(&u.job.project, "project", upDefaultProj, "project the broker's topics and subscriptions live in")
-	fs.StringVar(&u.job.idAttr, "id-attribute", "key", "attribute holding the publisher's stable key; the console's key goes there")
-	fs.StringVar(&u.job.tsAttr, "timestamp-attribute", "", "attribute holding the event time for the horizon (empty: the publish time)")
-	fs.DurationVar(&u.job.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
-	fs.StringVar(&u.job.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
+	j := &u.job
+	fs.StringVar(&j.names.project, "project", upDefaultProj, "project the broker's topics and subscriptions live in")
+	fs.StringVar(&j.key.idAttr, "id-attribute", "key", "attribute holding the publisher's stable key; the console's key goes there")
+	fs.StringVar(&j.time.tsAttr, "timestamp-attribute", "", "attribute holding the event time for the horizon (empty: the publish time)")
+	fs.DurationVar(&j.time.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
+	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&u.brokerAddr, "broker-addr", "127.0.0.1:8085", "address of the Pub/Sub-compatible broker, for other clients to join")
 	fs.StringVar(&u.consoleAddr, "console-addr", "127.0.0.1:8080", "address of the web console")
+}
+
+// config fixes what up decides itself and checks the rest.
+func (u *upFlags) config() (upConfig, error) {
+	j := &u.job
+	if j.key.idAttr == "" {
+		return upConfig{}, errors.New("--id-attribute must not be empty: the console publishes the form's key in it")
+	}
+	// Everything lives in memory, the horizon too: the broker's message IDs
+	// start again with each run, so a horizon kept across runs would take
+	// new messages for redeliveries of old ones.
+	j.state = "mem"
+	j.names.inSub, j.names.outTopic = upPipelineSub, upOutputTopic
+	j.sink.spec, j.key.missing, j.maxOutstanding = sinkPubSub, "fallback", 1000
+	cfg, err := j.config()
+	return upConfig{job: cfg, brokerAddr: u.brokerAddr, consoleAddr: u.consoleAddr}, err
+}
+
+// upConfig is a checked `dedupflow up`.
+type upConfig struct {
+	job         jobConfig
+	brokerAddr  string
+	consoleAddr string
 }
 
 // runUp is the seed tutorial as one command: broker, topics, dedup pipeline
 // and web console, until interrupted.
 func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var u upConfig
-	var lf logFlags
+	var (
+		u  upFlags
+		lf logFlags
+	)
 	fs := newFlags("up", stderr)
 	u.register(fs)
 	lf.register(fs)
@@ -77,23 +104,12 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if u.job.idAttr == "" {
-		return errors.New("--id-attribute must not be empty: the console publishes the form's key in it")
-	}
-	// Everything lives in memory, the horizon too: the broker's message IDs
-	// start again with each run, so a horizon kept across runs would take
-	// new messages for redeliveries of old ones.
-	u.job.state = "mem"
-	u.job.inSub, u.job.outTopic = upPipelineSub, upOutputTopic
-	u.job.sink, u.job.missing, u.job.maxOutstanding = "pubsub", "fallback", 1000
 	// Check every flag before anything starts listening.
-	if _, _, _, _, err := u.job.names(); err != nil {
+	cfg, err := u.config()
+	if err != nil {
 		return err
 	}
-	if _, _, err := u.job.config(); err != nil {
-		return err
-	}
-	return u.run(ctx, log, stdout)
+	return cfg.run(ctx, log, stdout)
 }
 
 func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) (err error) {
@@ -155,9 +171,9 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 		PipelineSubscription: n.pipelineSub,
 		OutputTopic:          n.out,
 		OutputSubscription:   n.consoleSub,
-		IDAttribute:          u.job.idAttr,
-		EventTimeAttribute:   u.job.tsAttr,
-		Horizon:              u.job.horizon,
+		IDAttribute:          u.job.pipeline.Rule.IDAttribute,
+		EventTimeAttribute:   u.job.pipeline.TimestampAttribute,
+		Horizon:              u.job.dedup.Horizon,
 		Counts: func() pipeline.Counts {
 			pmu.Lock()
 			defer pmu.Unlock()
@@ -172,48 +188,29 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 		return err
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg         sync.WaitGroup
-		errMu      sync.Mutex
-		firstErr   error
-		banner     sync.Once
-		consoleURL = "http://" + dialable(ln.Addr().String())
-	)
-	fail := func(e error) {
-		errMu.Lock()
-		if firstErr == nil {
-			firstErr = e
-		}
-		errMu.Unlock()
-		cancel() // one part failing stops the others
-	}
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if e := con.Serve(ctx, ln); e != nil {
-			fail(e)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		e := u.job.run(ctx, c, log, func(pp *pipeline.Pipeline) {
+	var banner sync.Once
+	consoleURL := "http://" + dialable(ln.Addr().String())
+	// One part failing stops the others.
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return con.Serve(gctx, ln) })
+	g.Go(func() error {
+		e := runJob(gctx, &u.job, c, stdout, log, func(pp *pipeline.Pipeline) {
 			pmu.Lock()
 			p = pp
 			pmu.Unlock()
-			banner.Do(func() { printBanner(stdout, consoleURL, brokerAddr, u.job.project, u.job.idAttr) })
+			banner.Do(func() { printBanner(stdout, consoleURL, brokerAddr, u.job.project, u.job.pipeline.Rule.IDAttribute) })
 		})
-		if e == nil && ctx.Err() == nil {
+		if e == nil && gctx.Err() == nil {
 			e = errors.New("pipeline stopped unexpectedly")
 		}
 		if e != nil {
-			fail(fmt.Errorf("pipeline: %w", e))
+			return fmt.Errorf("pipeline: %w", e)
 		}
-	}()
-	wg.Wait()
+		return nil
+	})
+	err = g.Wait()
 	log.Info("stopped", "console", consoleURL, "broker", brokerAddr)
-	return firstErr
+	return err
 }
 
 type upNames struct{ in, out, consumerSub, pipelineSub, consoleSub pubsubio.Name }
@@ -240,7 +237,7 @@ func (u *upConfig) createResources(ctx context.Context, c *pubsub.Client) (upNam
 	// console can seek it back and act out a redelivery. A retention as
 	// long as the horizon (at least an hour) covers every replay that can
 	// still be a duplicate.
-	retention := max(time.Hour, u.job.horizon)
+	retention := max(time.Hour, u.job.dedup.Horizon)
 	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
 		Name: n.pipelineSub.String(), Topic: n.in.String(), AckDeadlineSeconds: 60,
 		RetainAckedMessages: true, MessageRetentionDuration: durationpb.New(min(retention, 7*24*time.Hour)),

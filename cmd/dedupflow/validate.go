@@ -12,7 +12,6 @@ import (
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink/postgres"
-	"github.com/dedupflow/dedupflow/store"
 )
 
 // checkAttribute checks an attribute name given in a flag against what
@@ -31,16 +30,17 @@ func checkAttribute(flag, name string) error {
 	return nil
 }
 
-func (j *job) checkAttributes() error {
+func (j *jobFlags) checkAttributes() error {
+	k := j.key
 	for _, a := range []struct{ flag, name string }{
-		{"id-attribute", j.idAttr}, {"output-id-attribute", j.outIDAttr},
-		{"producer-attribute", j.producerAttr}, {"timestamp-attribute", j.tsAttr},
+		{"id-attribute", k.idAttr}, {"output-id-attribute", k.outIDAttr},
+		{"producer-attribute", k.producerAttr}, {"timestamp-attribute", j.time.tsAttr},
 	} {
 		if err := checkAttribute(a.flag, a.name); err != nil {
 			return err
 		}
 	}
-	if j.producerAttr != "" && j.idAttr == "" && (j.keyFrom == "" || j.keyFrom == "attribute") {
+	if k.producerAttr != "" && k.idAttr == "" && (k.keyFrom == "" || k.keyFrom == "attribute") {
 		return errors.New("--producer-attribute labels messages missing their key, so it needs --id-attribute or --key-from json:PATH")
 	}
 	return nil
@@ -48,54 +48,44 @@ func (j *job) checkAttributes() error {
 
 // checkSink checks --sink and the flags only one kind of sink reads: a
 // flag the chosen sink would ignore is refused, not dropped in silence.
-func (j *job) checkSink() error {
-	kind, err := sinkKind(j.sink)
-	if err != nil {
-		return err
+func (j *jobFlags) checkSink() (sinkSpec, error) {
+	s := sinkSpec{url: j.sink.spec, table: j.sink.table}
+	var err error
+	if s.kind, err = sinkKind(s.url); err != nil {
+		return s, err
 	}
 	switch {
-	case kind == sinkPubSub && j.outTopic == "":
-		return errors.New("missing output: give --output-topic (or another --sink)")
-	case kind != sinkPubSub && j.outTopic != "":
-		return fmt.Errorf("--output-topic applies to --sink pubsub only, not --sink %s", sinkLabel(j.sink))
+	case s.kind == sinkPubSub && j.names.outTopic == "":
+		return s, errors.New("missing output: give --output-topic (or another --sink)")
+	case s.kind != sinkPubSub && j.names.outTopic != "":
+		return s, fmt.Errorf("--output-topic applies to --sink pubsub only, not --sink %s", sinkLabel(s.url))
 	}
-	if kind != sinkPostgres {
+	if s.kind != sinkPostgres {
 		for _, f := range []string{"table", "on-conflict"} {
 			if j.given[f] {
-				return fmt.Errorf("--%s applies to --sink postgres only, not --sink %s", f, sinkLabel(j.sink))
+				return s, fmt.Errorf("--%s applies to --sink postgres only, not --sink %s", f, sinkLabel(s.url))
 			}
 		}
-		return nil
+		return s, nil
 	}
-	if _, err := postgres.ParseOnConflict(j.onConflict); err != nil {
-		return fmt.Errorf("--on-conflict: %w", err)
+	if s.table == "" {
+		s.table = postgres.DefaultTable
 	}
-	return nil
+	if s.onConflict, err = postgres.ParseOnConflict(j.sink.onConflict); err != nil {
+		return s, fmt.Errorf("--on-conflict: %w", err)
+	}
+	return s, nil
 }
 
-// checkState checks the form of --state and that its store can hold the
-// horizon, before anything connects: a typo should not first show up as a
-// Pub/Sub credentials error.
-func (j *job) checkState() error {
-	maxH, kind, err := store.MaxHorizon(j.state)
-	if err != nil {
-		return fmt.Errorf("--state: %w", err)
-	}
-	if j.horizon > maxH {
-		return fmt.Errorf("--horizon %v is longer than the %s store holds (%v)", j.horizon, kind, maxH)
-	}
-	return nil
-}
-
-// checkAuditSize checks --audit-fp and --audit-capacity: the audit takes
-// zero for its default, and a flag given as 0 must not become 0.001.
-func (j *job) checkAuditSize() error {
-	if fp := j.auditFP; !(fp > 0 && fp < 0.5) {
+// check checks --audit-fp and --audit-capacity: the audit takes zero for
+// its default, and a flag given as 0 must not become 0.001.
+func (a auditFlags) check() error {
+	if fp := a.fp; !(fp > 0 && fp < 0.5) {
 		return fmt.Errorf("--audit-fp %v is out of range: want a rate between 0 and 0.5, both excluded (default %v)", fp, audit.DefaultFalsePositive)
 	}
-	if j.auditCapacity < audit.DefaultGenerations {
+	if a.capacity < audit.DefaultGenerations {
 		return fmt.Errorf("--audit-capacity %d is out of range: want at least %d keys, one per generation of the filter (default %d)",
-			j.auditCapacity, audit.DefaultGenerations, audit.DefaultCapacity)
+			a.capacity, audit.DefaultGenerations, audit.DefaultCapacity)
 	}
 	return nil
 }
@@ -103,15 +93,15 @@ func (j *job) checkAuditSize() error {
 // checkResources reports an input, output or dead-letter that does not
 // exist, so a typo in a flag fails at start rather than after "pipeline
 // running" or as an endless "sink unreachable".
-func checkResources(ctx context.Context, c *pubsub.Client, in, out, dl pubsubio.Name, fromTopic bool) error {
-	if !fromTopic {
-		if err := pubsubio.CheckSubscription(ctx, c, in); err != nil {
+func checkResources(ctx context.Context, c *pubsub.Client, cfg *jobConfig) error {
+	if !cfg.fromTopic {
+		if err := pubsubio.CheckSubscription(ctx, c, cfg.in); err != nil {
 			return err
 		}
 	}
-	topics := []pubsubio.Name{out, dl}
-	if fromTopic {
-		topics = append(topics, in)
+	topics := []pubsubio.Name{cfg.out, cfg.deadLetter}
+	if cfg.fromTopic {
+		topics = append(topics, cfg.in)
 	}
 	for _, t := range topics {
 		if t.ID != "" {

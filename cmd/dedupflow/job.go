@@ -1,0 +1,242 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/dedupflow/dedupflow/audit"
+	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/pubsubio"
+)
+
+// jobFlags are a dedup pipeline's flags as given, shared by `pipeline` and
+// `up`. config checks them and turns them into a jobConfig, once.
+type jobFlags struct {
+	names          nameFlags
+	key            keyFlags
+	time           timeFlags
+	audit          auditFlags
+	sink           sinkFlags
+	state          string
+	shadow         bool
+	maxOutstanding int
+	metricsAddr    string
+	given          map[string]bool // flags set on the command line or from the environment
+}
+
+// nameFlags name what is read and written.
+type nameFlags struct{ project, inSub, inTopic, outTopic, deadLetter string }
+
+// keyFlags say where a message's key is and what a missing one does.
+type keyFlags struct{ idAttr, keyFrom, missing, producerAttr, outIDAttr string }
+
+// timeFlags shape the horizon and its clock.
+type timeFlags struct {
+	horizon, lateness    time.Duration
+	tsAttr, domain, late string
+}
+
+// auditFlags size the audit filter of late duplicates.
+type auditFlags struct {
+	horizon  time.Duration
+	fp       float64
+	capacity uint
+}
+
+// sinkFlags are --sink and the flags of its kinds.
+type sinkFlags struct{ spec, table, onConflict string }
+
+func (j *jobFlags) register(fs *flag.FlagSet) {
+	n, k, t, a, s := &j.names, &j.key, &j.time, &j.audit, &j.sink
+	fs.StringVar(&n.project, "project", "", "Google Cloud project of short resource IDs")
+	fs.StringVar(&n.inSub, "input-subscription", "", "subscription to read (ID or projects/P/subscriptions/S)")
+	fs.StringVar(&n.inTopic, "input-topic", "", "topic to read through a subscription of our own, removed on exit")
+	fs.StringVar(&n.outTopic, "output-topic", "", "topic the survivors are published to")
+	fs.StringVar(&n.deadLetter, "dead-letter-topic", "", "topic for messages that cannot be processed, with the reason")
+	fs.StringVar(&k.idAttr, "id-attribute", "", "attribute holding the publisher's stable key (empty: the message ID)")
+	fs.StringVar(&t.tsAttr, "timestamp-attribute", "", "attribute holding the event time (ms since epoch or RFC 3339)")
+	fs.StringVar(&k.producerAttr, "producer-attribute", "", "attribute naming the producer, to label missing-key counts")
+	fs.StringVar(&k.outIDAttr, "output-id-attribute", "", "attribute carrying the key on outputs (default: --id-attribute, or dedupflow_id)")
+	fs.DurationVar(&t.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
+	fs.StringVar(&k.missing, "missing-id", "fallback", "a message without the id attribute: fallback (to the message ID), reject (dead-letter) or pass")
+	fs.StringVar(&j.state, "state", "mem", "where the horizon lives: mem, file:PATH (survives restarts) or redis://host:port/db (shared by replicas)")
+	fs.StringVar(&s.spec, "sink", "pubsub", "where survivors go: pubsub (the output topic), stdout (JSON lines) or postgres://… (see --table)")
+	fs.StringVar(&s.table, "table", "events", "table of a database sink")
+	fs.StringVar(&s.onConflict, "on-conflict", "nothing", "database sink, key already written: nothing (keep the first row) or update (last write wins)")
+	fs.BoolVar(&j.shadow, "shadow", false, "decide and count duplicates but emit every message")
+	fs.IntVar(&j.maxOutstanding, "max-outstanding", 4000, "messages held at once (per stream, the server hands out at most this many unacked; acks go out every 100 ms, so this bounds throughput)")
+	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
+	fs.StringVar(&k.keyFrom, "key-from", "attribute", "where the key is: attribute (--id-attribute, else the message ID), json:PATH (a field of a JSON payload) or hash (SHA-256 of the payload)")
+	fs.StringVar(&t.domain, "time-domain", "processing", "clock of the horizon: processing, or event (expires when the watermark passes event time + horizon)")
+	fs.DurationVar(&t.lateness, "allowed-lateness", time.Minute, "event time: how far the watermark trails the highest event time seen")
+	fs.StringVar(&t.late, "late", "pass", "event time: a message too late to judge: pass (emit, counted) or dead-letter")
+	fs.Func("audit-horizon", "remember keys this long (e.g. 7d), approximately, to mark copies after --horizon as probable late duplicates (default off)", func(v string) (err error) {
+		a.horizon, err = audit.ParseDuration(v)
+		return err
+	})
+	fs.Float64Var(&a.fp, "audit-fp", audit.DefaultFalsePositive, "false-positive rate of the audit filter at --audit-capacity")
+	fs.UintVar(&a.capacity, "audit-capacity", audit.DefaultCapacity, "distinct keys per --audit-horizon the audit filter is sized for (memory is fixed at start)")
+}
+
+// jobConfig is a checked pipeline: what it reads, how it dedups, where
+// it writes.
+type jobConfig struct {
+	project        string // the client's: --project, or the input's
+	in             pubsubio.Name
+	fromTopic      bool // in is a topic, read through a subscription of our own
+	out            pubsubio.Name
+	deadLetter     pubsubio.Name // ID empty: none
+	pipeline       pipeline.Config
+	dedup          dedup.Options
+	state          stateSpec
+	sink           sinkSpec
+	maxOutstanding int
+	metricsAddr    string
+}
+
+// config checks every flag, before anything connects: a mistake should
+// not first show up as a Pub/Sub credentials error.
+func (j *jobFlags) config() (jobConfig, error) {
+	var c jobConfig
+	if err := j.resolveNames(&c); err != nil {
+		return c, err
+	}
+	if err := j.keyConfig(&c); err != nil {
+		return c, err
+	}
+	if j.maxOutstanding < 1 {
+		return c, fmt.Errorf("--max-outstanding %d must be at least 1", j.maxOutstanding)
+	}
+	c.maxOutstanding, c.metricsAddr = j.maxOutstanding, j.metricsAddr
+	// A copy of a key this process is writing waits for that write (it
+	// ends within a lease) rather than being nacked and redelivered.
+	c.dedup = dedup.Options{Horizon: j.time.horizon, AllowedLateness: j.time.lateness, LocalWait: dedup.DefaultLease}
+	if j.time.horizon < dedup.MinHorizon {
+		return c, fmt.Errorf("--horizon %v is below the minimum of %v", j.time.horizon, dedup.MinHorizon)
+	}
+	var err error
+	if c.state, err = parseState(j.state, j.time.horizon); err != nil {
+		return c, err
+	}
+	if err := j.eventConfig(&c); err != nil {
+		return c, err
+	}
+	c.pipeline.TimestampAttribute = j.time.tsAttr
+	c.pipeline.Shadow = j.shadow
+	return c, nil
+}
+
+// resolveNames resolves and checks the resource flags and the sink's.
+func (j *jobFlags) resolveNames(c *jobConfig) error {
+	n := j.names
+	var err error
+	switch {
+	case n.inSub != "" && n.inTopic != "":
+		return errors.New("give --input-subscription or --input-topic, not both")
+	case n.inSub != "":
+		c.in, err = pubsubio.SubscriptionName(n.project, n.inSub)
+	case n.inTopic != "":
+		c.in, err = pubsubio.TopicName(n.project, n.inTopic)
+		c.fromTopic = true
+	default:
+		return errors.New("missing input: give --input-subscription or --input-topic")
+	}
+	if err != nil {
+		return err
+	}
+	c.project = n.project
+	if c.project == "" {
+		c.project = c.in.Project
+	}
+	if c.sink, err = j.checkSink(); err != nil {
+		return err
+	}
+	if n.outTopic != "" {
+		if c.out, err = pubsubio.TopicName(n.project, n.outTopic); err != nil {
+			return err
+		}
+	}
+	if n.deadLetter != "" {
+		c.deadLetter, err = pubsubio.TopicName(n.project, n.deadLetter)
+	}
+	return err
+}
+
+// keyConfig checks where the key comes from and what a missing one does.
+func (j *jobFlags) keyConfig(c *jobConfig) error {
+	k := j.key
+	missing, err := dedup.ParseMissing(k.missing)
+	if err != nil {
+		return fmt.Errorf("--missing-id: %w", err)
+	}
+	if err := j.checkAttributes(); err != nil {
+		return err
+	}
+	from, path, err := dedup.ParseKeyFrom(k.keyFrom)
+	if err != nil {
+		return fmt.Errorf("--key-from: %w", err)
+	}
+	switch {
+	case from != dedup.KeyFromAttribute && k.idAttr != "":
+		return fmt.Errorf("--id-attribute is not read with --key-from %s; name the outputs' key attribute with --output-id-attribute", k.keyFrom)
+	case missing != dedup.Fallback && k.idAttr == "" && from == dedup.KeyFromAttribute:
+		return fmt.Errorf("--missing-id %s needs --id-attribute", k.missing)
+	case missing == dedup.Reject && j.names.deadLetter == "":
+		return errors.New("--missing-id reject needs --dead-letter-topic to send rejected messages to")
+	}
+	c.pipeline.Rule = dedup.Rule{IDAttribute: k.idAttr, Missing: missing, From: from, Path: path}
+	c.pipeline.ProducerAttribute, c.pipeline.OutputIDAttribute = k.producerAttr, k.outIDAttr
+	return nil
+}
+
+// eventConfig checks the event-time and audit flags.
+func (j *jobFlags) eventConfig(c *jobConfig) error {
+	t, a := j.time, j.audit
+	var err error
+	if c.dedup.Domain, err = dedup.ParseTimeDomain(t.domain); err != nil {
+		return fmt.Errorf("--time-domain: %w", err)
+	}
+	if t.lateness < 0 {
+		return fmt.Errorf("--allowed-lateness %v must not be negative", t.lateness)
+	}
+	if c.pipeline.Late, err = dedup.ParseLate(t.late); err != nil {
+		return fmt.Errorf("--late: %w", err)
+	}
+	if c.pipeline.Late == dedup.LateDeadLetter && (c.dedup.Domain != dedup.EventTime || j.names.deadLetter == "") {
+		return errors.New("--late dead-letter needs --time-domain event and --dead-letter-topic")
+	}
+	if a.horizon == 0 {
+		return nil
+	}
+	if err := a.check(); err != nil {
+		return err
+	}
+	if a.horizon <= t.horizon {
+		return fmt.Errorf("--audit-horizon %v must be longer than --horizon %v", a.horizon, t.horizon)
+	}
+	c.pipeline.Audit = audit.Options{Horizon: a.horizon, FalsePositive: a.fp, Capacity: a.capacity}
+	if err := c.pipeline.Audit.Validate(); err != nil {
+		return fmt.Errorf("--audit-horizon/--audit-fp/--audit-capacity: %w", err)
+	}
+	// Beside the disk store's folder, so the audit survives restarts with
+	// it (in Redis, the audit lives beside the keys instead).
+	if c.state.path != "" {
+		c.pipeline.AuditSnapshot = c.state.path + ".audit"
+	}
+	return nil
+}
+
+// outputLabel says where survivors go, for the start log line: the topic,
+// stdout or the table.
+func (c *jobConfig) outputLabel() string {
+	switch c.sink.kind {
+	case sinkPubSub:
+		return c.out.String()
+	case sinkPostgres:
+		return "table " + c.sink.table
+	}
+	return "stdout"
+}
