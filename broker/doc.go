@@ -72,8 +72,9 @@
 //
 // (deliveryAttempt only with a dead-letter policy, times in UTC with
 // milliseconds), or with no_wrapper the data itself; write_metadata adds
-// the x-goog-pubsub-subscription-name, -message-id, -publish-time and
-// -ordering-key headers and every attribute that is a valid header field
+// the x-goog-pubsub-subscription-name, -message-id, -publish-time,
+// -ordering-key and -delivery-attempt headers (x-goog-pubsub-<KEY>, as the
+// service documents it) and every attribute that is a valid header field
 // and not one that HTTP or the metadata owns. 102, 200, 201, 202 and 204
 // ack; any other status (a redirect included), a failed connection or no
 // answer within the ack deadline nacks. A nacked message waits out the
@@ -100,8 +101,8 @@
 //
 // Google's emulator, measured beside it in push_test.go, differs: it
 // redelivers after a 202, leaves orderingKey and deliveryAttempt out of the
-// body, writes the ordering key as X-Goog-Ordering-Key, sends no token, and
-// retries a nacked push every second.
+// body, writes the ordering key as X-Goog-Ordering-Key and no delivery
+// attempt header, sends no token, and retries a nacked push every second.
 //
 // # Durability
 //

@@ -43,12 +43,15 @@ const (
 	pushDrain = 64 << 10
 )
 
-// Headers written with write_metadata. Attributes never replace them.
+// Headers written with write_metadata, the service's x-goog-pubsub-<KEY>
+// for each piece of metadata (the delivery attempt only with a dead-letter
+// policy, as in the wrapped body). Attributes never replace them.
 const (
 	hdrSubscription = "x-goog-pubsub-subscription-name"
 	hdrMessageID    = "x-goog-pubsub-message-id"
 	hdrPublishTime  = "x-goog-pubsub-publish-time"
 	hdrOrderingKey  = "x-goog-pubsub-ordering-key"
+	hdrAttempt      = "x-goog-pubsub-delivery-attempt"
 	hdrPrefix       = "x-goog-pubsub-"
 )
 
@@ -371,6 +374,9 @@ func (p *pusher) request(ctx context.Context, d delivery, tg pushTarget) (*http.
 		h.Set(hdrPublishTime, publish)
 		if m.key != "" {
 			h.Set(hdrOrderingKey, m.key)
+		}
+		if d.attempt > 0 {
+			h.Set(hdrAttempt, strconv.Itoa(int(d.attempt)))
 		}
 	}
 	return req, nil

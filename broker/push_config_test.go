@@ -10,7 +10,9 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -304,5 +306,92 @@ func TestPushConfigKill9(t *testing.T) {
 	}
 	if w := decodeWrapped(t, modified.next(t, 30*time.Second)); w.Message.MessageID != id {
 		t.Errorf("push after restart: message %s, want %s", w.Message.MessageID, id)
+	}
+}
+
+// TestPushOrdering: an ordered push subscription has one message of a key
+// at the endpoint at a time, and after a nack it redelivers that message
+// before any later one of its key. The endpoint nacks every message once.
+func TestPushOrdering(t *testing.T) {
+	forEachTargetWith(t, realClock, []string{"emulator"}, func(t *testing.T, tg target) {
+		c := newClient(t, tg.addr)
+		const keys, perKey = 3, 10
+		var mu sync.Mutex
+		seen := map[string]int{}
+		inFlight := map[string]int{}
+		acked := map[string][]string{}
+		done := make(chan struct{})
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			var req pushBody
+			if err := json.Unmarshal(body, &req); err != nil {
+				t.Errorf("body %q: %v", body, err)
+			}
+			key, data := req.Message.Attributes["key"], string(req.Message.Data)
+			mu.Lock()
+			if inFlight[key]++; inFlight[key] > 1 {
+				t.Errorf("two messages of key %s at the endpoint at once", key)
+			}
+			if want := strconv.Itoa(len(acked[key])); data != want {
+				t.Errorf("key %s: pushed message %s before %s was acked", key, data, want)
+			}
+			seen[data+key]++
+			code := http.StatusInternalServerError
+			if seen[data+key] > 1 {
+				code = http.StatusOK
+				acked[key] = append(acked[key], data)
+				if len(acked[key]) == perKey && len(acked) == keys && allAcked(acked, perKey) {
+					close(done)
+				}
+			}
+			mu.Unlock()
+			time.Sleep(time.Millisecond) // a request that takes a moment, so overlaps would show
+			mu.Lock()
+			inFlight[key]--
+			mu.Unlock()
+			w.WriteHeader(code)
+		}))
+		t.Cleanup(srv.Close)
+		topic := createTopic(t, c)
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, PushConfig: &pb.PushConfig{PushEndpoint: srv.URL}})
+		for i := range perKey {
+			for k := range keys {
+				key := "k" + strconv.Itoa(k)
+				publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte(strconv.Itoa(i)), OrderingKey: key, Attributes: map[string]string{"key": key}})
+			}
+		}
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("not all acked within 60s: %v", acked)
+		}
+	})
+}
+
+func allAcked(acked map[string][]string, n int) bool {
+	for _, a := range acked {
+		if len(a) != n {
+			return false
+		}
+	}
+	return true
+}
+
+// TestPushFilter: a message the filter rejects is never pushed (ours only:
+// the emulator ignores filters). Both messages share an ordering key, so a
+// push of the first would have come before the second.
+func TestPushFilter(t *testing.T) {
+	tg := startOurs(t, realClock)
+	c := newClient(t, tg.addr)
+	e := newEndpoint(t, always(http.StatusOK))
+	topic := createTopic(t, c)
+	createSub(t, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, Filter: `attributes.pass = "yes"`,
+		PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
+	publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("no"), OrderingKey: "k", Attributes: map[string]string{"pass": "no"}},
+		&pb.PubsubMessage{Data: []byte("yes"), OrderingKey: "k", Attributes: map[string]string{"pass": "yes"}})
+	if w := decodeWrapped(t, e.next(t, 10*time.Second)); string(w.Message.Data) != "yes" {
+		t.Errorf("pushed %q first, want only the message the filter passes", w.Message.Data)
 	}
 }

@@ -198,9 +198,10 @@ func TestPushUnwrapped(t *testing.T) {
 	forEachTargetWith(t, realClock, []string{"emulator"}, func(t *testing.T, tg target) {
 		c := newClient(t, tg.addr)
 		meta, plain := newEndpoint(t, always(http.StatusOK)), newEndpoint(t, always(http.StatusOK))
-		topic := createTopic(t, c)
+		topic, dl := createTopic(t, c), createTopic(t, c)
 		sub := pushSub(t, tg, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, PushConfig: &pb.PushConfig{PushEndpoint: meta.URL,
-			Wrapper: &pb.PushConfig_NoWrapper_{NoWrapper: &pb.PushConfig_NoWrapper{WriteMetadata: true}}}})
+			Wrapper: &pb.PushConfig_NoWrapper_{NoWrapper: &pb.PushConfig_NoWrapper{WriteMetadata: true}}},
+			DeadLetterPolicy: &pb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: 5}})
 		pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: plain.URL,
 			Wrapper: &pb.PushConfig_NoWrapper_{NoWrapper: &pb.PushConfig_NoWrapper{}}}})
 		data := []byte(`{"status": "Hello there"}`)
@@ -229,6 +230,9 @@ func TestPushUnwrapped(t *testing.T) {
 		}
 		if h.Get(okHeader) != "some-key" {
 			t.Errorf("header %s = %q, want some-key (all: %v)", okHeader, h.Get(okHeader), h)
+		}
+		if got := h.Get(hdrAttempt); tg.ours != nil && got != "1" {
+			t.Errorf("header %s = %q, want 1 with a dead-letter policy (the emulator sends none)", hdrAttempt, got)
 		}
 
 		p = plain.next(t, 30*time.Second)
@@ -369,7 +373,7 @@ func TestPushDeadLetter(t *testing.T) {
 		e := newEndpoint(t, always(http.StatusInternalServerError))
 		topic, dl := createTopic(t, c), createTopic(t, c)
 		dlSub := pushSub(t, tg, c, &pb.Subscription{Topic: dl})
-		sub := pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL},
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL},
 			DeadLetterPolicy: &pb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: 5}})
 		id := publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("poison"), Attributes: map[string]string{"a": "b"}})[0]
 		m := pullOne(t, c, dlSub.Name, 60*time.Second)
@@ -389,7 +393,6 @@ func TestPushDeadLetter(t *testing.T) {
 			t.Errorf("a push after the message was dead-lettered: %s", p.body)
 		default:
 		}
-		_ = sub
 	})
 }
 
