@@ -378,20 +378,3 @@ func allAcked(acked map[string][]string, n int) bool {
 	}
 	return true
 }
-
-// TestPushFilter: a message the filter rejects is never pushed (ours only:
-// the emulator ignores filters). Both messages share an ordering key, so a
-// push of the first would have come before the second.
-func TestPushFilter(t *testing.T) {
-	tg := startOurs(t, realClock)
-	c := newClient(t, tg.addr)
-	e := newEndpoint(t, always(http.StatusOK))
-	topic := createTopic(t, c)
-	createSub(t, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, Filter: `attributes.pass = "yes"`,
-		PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
-	publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("no"), OrderingKey: "k", Attributes: map[string]string{"pass": "no"}},
-		&pb.PubsubMessage{Data: []byte("yes"), OrderingKey: "k", Attributes: map[string]string{"pass": "yes"}})
-	if w := decodeWrapped(t, e.next(t, 10*time.Second)); string(w.Message.Data) != "yes" {
-		t.Errorf("pushed %q first, want only the message the filter passes", w.Message.Data)
-	}
-}
