@@ -229,21 +229,33 @@ func pullAllIdx(t *testing.T, c *pubsub.Client, sub string) []int {
 	return idx
 }
 
-// TestFilterRejected: what the service rejects. pstest accepts filters
-// that mix AND and OR without parentheses and filters over 256 bytes; the
-// service's documentation rejects both, and so do we.
+// TestFilterRejected: filters the service rejects, side by side with
+// pstest. pstest's general parser accepts filters that mix AND and OR
+// without parentheses, filters over 256 bytes and a value that is a bare
+// word instead of a string literal; the service's documentation rejects
+// all three, and so do we.
 func TestFilterRejected(t *testing.T) {
+	ps := newClient(t, startPstest(t).addr)
+	psTopic := createTopic(t, ps)
 	c := newClient(t, startOurs(t, Options{}).addr)
 	ctx := context.Background()
 	topic := createTopic(t, c)
-	for _, f := range []string{
-		`attributes:a AND attributes:b OR attributes:c`,
-		"attributes:" + strings.Repeat("k", 300),
-		`attributes.a = x`,
+	for _, f := range []struct {
+		filter       string
+		pstestAccept bool
+	}{
+		{`attributes:a AND attributes:b OR attributes:c`, true},
+		{"attributes:" + strings.Repeat("k", 300), true},
+		{`attributes.a = x`, true},
+		{`(attributes:a`, false},
 	} {
-		_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: subName(unique("s")), Topic: topic, AckDeadlineSeconds: 10, Filter: f})
+		_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: subName(unique("s")), Topic: topic, AckDeadlineSeconds: 10, Filter: f.filter})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "invalid filter") {
-			t.Errorf("filter %.40q: got %v, want InvalidArgument naming the filter", f, err)
+			t.Errorf("filter %.40q: got %v, want InvalidArgument naming the filter", f.filter, err)
+		}
+		_, err = ps.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: subName(unique("s")), Topic: psTopic, AckDeadlineSeconds: 10, Filter: f.filter})
+		if accepted := err == nil; accepted != f.pstestAccept {
+			t.Errorf("filter %.40q: pstest answers %v; the test expects it to accept: %v", f.filter, err, f.pstestAccept)
 		}
 	}
 	sub := createSub(t, c, &pb.Subscription{Topic: topic, Filter: `attributes:a`})
