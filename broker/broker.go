@@ -42,6 +42,9 @@ type Options struct {
 	// PushKey signs the OIDC tokens of push subscriptions; nil generates a
 	// key on first use. See PushPublicKey.
 	PushKey *rsa.PrivateKey
+	// AllowedHosts are host names, besides localhost and IP literals, under
+	// which the REST API may be reached (see package localguard).
+	AllowedHosts []string
 }
 
 // Broker is a Pub/Sub-compatible message broker. It implements the
@@ -78,6 +81,7 @@ type Broker struct {
 
 	srvMu   sync.Mutex
 	servers []*grpc.Server
+	rests   []*http.Server
 
 	pub publisherServer
 	sub subscriberServer
@@ -150,10 +154,11 @@ func New(opts Options) (*Broker, error) {
 	return b, nil
 }
 
-// Register adds the Publisher and Subscriber services to s.
+// Register adds the broker's services (Publisher, Subscriber) to s.
 func (b *Broker) Register(s *grpc.Server) {
-	pb.RegisterPublisherServer(s, &b.pub)
-	pb.RegisterSubscriberServer(s, &b.sub)
+	for _, svc := range b.services() {
+		s.RegisterService(svc.desc, svc.impl)
+	}
 }
 
 // ServerOptions are the gRPC options the broker needs: requests up to the
@@ -188,10 +193,15 @@ func (b *Broker) Listen(addr string) (string, error) {
 	return lis.Addr().String(), nil
 }
 
-// Serve serves the broker on lis in the background until Close or Shutdown.
+// Serve serves the broker's gRPC services and its REST API on lis in the
+// background until Close or Shutdown.
 func (b *Broker) Serve(lis net.Listener) error {
 	s := grpc.NewServer(ServerOptions()...)
 	b.Register(s)
+	rest, err := b.restHandler(b.services())
+	if err != nil {
+		return err
+	}
 	b.srvMu.Lock()
 	defer b.srvMu.Unlock()
 	select {
@@ -200,16 +210,16 @@ func (b *Broker) Serve(lis net.Listener) error {
 	default:
 	}
 	b.servers = append(b.servers, s)
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		// ErrServerStopped: Close or Shutdown came before Serve began,
-		// which is a stop, not a failure.
-		if err := s.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			b.log.Error("grpc server stopped", "addr", lis.Addr().String(), "err", err)
-		}
-	}()
+	b.rests = append(b.rests, b.serveSplit(lis, s, rest))
 	return nil
+}
+
+// services are the implementations that gRPC and REST requests reach.
+func (b *Broker) services() []service {
+	return []service{
+		{&pb.Publisher_ServiceDesc, &b.pub},
+		{&pb.Subscriber_ServiceDesc, &b.sub},
+	}
 }
 
 // Shutdown stops the broker gracefully: streaming pulls end, unary calls in
@@ -232,7 +242,7 @@ func (b *Broker) Close() error {
 func (b *Broker) shutdown(ctx context.Context) error {
 	b.srvMu.Lock()
 	close(b.closing)
-	servers := b.servers
+	servers, rests := b.servers, b.rests
 	b.srvMu.Unlock()
 	b.pushStop()
 	// Streams see closing and end, so GracefulStop only waits for unary calls.
@@ -255,6 +265,13 @@ func (b *Broker) shutdown(ctx context.Context) error {
 				<-done
 			}
 		}()
+	}
+	for _, h := range rests {
+		wg.Go(func() {
+			if h.Shutdown(ctx) != nil {
+				h.Close()
+			}
+		})
 	}
 	wg.Wait()
 	b.wg.Wait()

@@ -2,6 +2,14 @@
 // google.pubsub.v1 Publisher and Subscriber gRPC services, so the official
 // Pub/Sub clients work against it unchanged through PUBSUB_EMULATOR_HOST.
 //
+// The same port serves Pub/Sub's v1 REST API (for gcloud, curl and REST
+// clients): its routes come from the services' google.api.http
+// annotations, its JSON is protojson, and a request runs the same
+// implementation as the gRPC call (rest.go, listen.go). Requests that a
+// browser marks as cross-site, and Host names other than loopback, IP
+// literals and Options.AllowedHosts, are refused, so a web page cannot
+// drive it.
+//
 // # Delivery
 //
 // Every subscription keeps its backlog in a FIFO ring buffer of pointers to

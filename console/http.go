@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/internal/localguard"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -56,7 +56,7 @@ func (c *Console) routes() (http.Handler, error) {
 	// browser will not let another origin read the GET responses.
 	mux.Handle("POST /api/publish", c.guard(http.HandlerFunc(c.publish)))
 	mux.Handle("POST /api/redeliver", c.guard(http.HandlerFunc(c.redeliver)))
-	return c.checkHost(headers(mux)), nil
+	return localguard.Host(c.o.AllowedHosts, deny, headers(mux)), nil
 }
 
 func headers(h http.Handler) http.Handler {
@@ -70,36 +70,10 @@ func headers(h http.Handler) http.Handler {
 	})
 }
 
-// checkHost refuses Host names other than localhost, IP literals and
-// AllowedHosts. A page on evil.example whose name is rebound to 127.0.0.1
-// is same-origin with itself, so origin checks alone would let it in.
-func (c *Console) checkHost(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host := r.Host
-		if hh, _, err := net.SplitHostPort(host); err == nil {
-			host = hh
-		}
-		host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-		ok := strings.EqualFold(host, "localhost") || net.ParseIP(host) != nil
-		for _, a := range c.o.AllowedHosts {
-			ok = ok || strings.EqualFold(host, a)
-		}
-		if !ok {
-			http.Error(w, fmt.Sprintf("host %q is not served here: open the console by its IP address or as localhost", r.Host), http.StatusMisdirectedRequest)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
 // guard admits only same-origin requests that carry the page's CSRF token,
 // and bounds the body.
 func (c *Console) guard(h http.Handler) http.Handler {
-	cop := http.NewCrossOriginProtection()
-	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, http.StatusForbidden, "", "cross-site request refused: publish from the console's own page")
-	}))
-	return cop.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return localguard.SameSite(true, deny, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := r.Header.Get("X-CSRF-Token")
 		if subtle.ConstantTimeCompare([]byte(got), []byte(c.token)) != 1 {
 			writeErr(w, http.StatusForbidden, "", "missing or stale page token: reload the console and try again")
@@ -117,6 +91,15 @@ func (c *Console) guard(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	}))
+}
+
+func deny(w http.ResponseWriter, _ *http.Request, code int, msg string) {
+	if code == http.StatusMisdirectedRequest {
+		// The page is opened by hand: a plain-text answer, addressed to a person.
+		http.Error(w, msg+" (open the console by its IP address or as localhost)", code)
+		return
+	}
+	writeErr(w, code, "", msg+": publish from the console's own page")
 }
 
 type pageData struct {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test of dedupflow against real servers: it installs what is missing
-# (Redis, PostgreSQL, Chromium, the official Pub/Sub emulator, the Node client),
+# (Redis, PostgreSQL, Chromium, the official Pub/Sub emulator, gcloud, the Node client),
 # starts each on a free loopback port, exports where they are, then runs
 # go vet and go test -race. Services stop when the script exits.
 set -euo pipefail
@@ -36,6 +36,7 @@ command -v redis-server >/dev/null || need+=(redis-server)
 [ -n "$(pgserver)" ] || need+=(postgresql) # whichever version the distribution ships
 command -v chromium >/dev/null || need+=(chromium)
 [ -x "$emulator" ] || need+=(google-cloud-cli-pubsub-emulator)
+command -v gcloud >/dev/null || need+=(google-cloud-cli)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v node >/dev/null || need+=(nodejs npm)
 if [ ${#need[@]} -gt 0 ]; then

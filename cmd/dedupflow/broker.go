@@ -22,10 +22,11 @@ type brokerConfig struct {
 	verbose bool
 	log     logFlags
 	// Created before the broker serves.
-	project   string
-	topics    listFlag
-	subs      listFlag // TOPIC:SUBSCRIPTION, checked by Set
-	bootstrap string
+	project    string
+	topics     listFlag
+	subs       listFlag // TOPIC:SUBSCRIPTION, checked by Set
+	bootstrap  string
+	allowHosts listFlag
 }
 
 // listFlag is a flag that repeats; each value may also be a comma-separated
@@ -63,7 +64,8 @@ func topicAndSub(v string) (topic, sub string, err error) {
 }
 
 func (b *brokerConfig) register(fs *flag.FlagSet) {
-	fs.StringVar(&b.listen, "listen", "127.0.0.1:8085", "`host:port` to serve gRPC on (port 0 picks a free one)")
+	fs.StringVar(&b.listen, "listen", "127.0.0.1:8085", "`host:port` to serve gRPC and the REST API on (port 0 picks a free one)")
+	fs.Var(&b.allowHosts, "allow-host", "host `name`, besides localhost and IP addresses, under which the REST API may be called (repeats; other names are refused, against DNS rebinding)")
 	fs.StringVar(&b.dataDir, "data-dir", "", "`dir`ectory that makes topics, subscriptions and unacknowledged messages durable; empty keeps everything in memory")
 	fs.BoolVar(&b.noSync, "no-sync", false, "with --data-dir, skip fsync: messages survive the process dying, not a power loss")
 	fs.BoolVar(&b.verbose, "v", false, "log debug messages (as --log-level debug)")
@@ -125,9 +127,10 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlags("broker", stderr)
 	cfg.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: dedupflow broker [--listen host:port] [--data-dir DIR] [--no-sync] [-v]")
+		fmt.Fprintln(stderr, "usage: dedupflow broker [--listen host:port] [--data-dir DIR] [--no-sync] [-v] [--allow-host NAME]...")
 		fmt.Fprintln(stderr, "         [--project P] [--topic T]... [--subscription T:S]... [--bootstrap FILE]")
-		fmt.Fprintln(stderr, "\nServes the google.pubsub.v1 API; point clients at it with PUBSUB_EMULATOR_HOST.")
+		fmt.Fprintln(stderr, "\nServes the google.pubsub.v1 API over gRPC and REST on one port; point clients at it with")
+		fmt.Fprintln(stderr, "PUBSUB_EMULATOR_HOST, gcloud with CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB=http://host:port/.")
 		fmt.Fprintln(stderr, "Topics and subscriptions the flags and the file name exist before it serves; one that")
 		fmt.Fprintln(stderr, "exists already must have the same configuration.")
 		fs.PrintDefaults()
@@ -147,7 +150,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 
-	b, err := broker.New(broker.Options{DataDir: cfg.dataDir, NoSync: cfg.noSync, Logger: log, Now: time.Now})
+	b, err := broker.New(broker.Options{DataDir: cfg.dataDir, NoSync: cfg.noSync, Logger: log, Now: time.Now, AllowedHosts: cfg.allowHosts.vals})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,429 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/dedupflow/dedupflow/internal/localguard"
+	"github.com/dedupflow/dedupflow/limits"
+	"google.golang.org/genproto/googleapis/api/annotations"
+	rpccode "google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// The REST API is Pub/Sub's v1 JSON surface. Its routes are read from the
+// google.api.http annotations of the services the broker registers, so
+// every RPC with a REST binding (snapshots and schemas included) is served
+// by the very implementation the gRPC server calls.
+
+// restBodyBytes bounds a request body: a publish of RequestBytes, grown by
+// base64 and JSON.
+const restBodyBytes = limits.RequestBytes*4/3 + 1<<20
+
+// service is a gRPC service and its implementation.
+type service struct {
+	desc *grpc.ServiceDesc
+	impl any
+}
+
+// restRoute is one binding of an RPC to an HTTP method and path template.
+type restRoute struct {
+	verb   string   // HTTP method
+	segs   []string // literal, "*" (one segment) or "**" (the rest)
+	vars   []pathVar
+	custom string // the ":verb" suffix of the last segment, without ':'
+	body   string // "" (none), "*" (the request) or the request field it fills
+	rpc    protoreflect.FullName
+	call   func(ctx context.Context, dec func(any) error) (any, error)
+}
+
+// pathVar binds segs[from:to] to a (dotted) request field.
+type pathVar struct {
+	field    string
+	from, to int
+}
+
+// restRoutes reads the routes of services from their descriptors. Routes
+// with a custom verb come first: "/schemas/s:listRevisions" must not be
+// taken as GetSchema of a schema named "s:listRevisions".
+func restRoutes(services []service) ([]*restRoute, error) {
+	var routes []*restRoute
+	for _, svc := range services {
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc.desc.ServiceName))
+		if err != nil {
+			return nil, fmt.Errorf("broker: descriptor of %s: %w", svc.desc.ServiceName, err)
+		}
+		sd := d.(protoreflect.ServiceDescriptor)
+		for _, m := range svc.desc.Methods {
+			md := sd.Methods().ByName(protoreflect.Name(m.MethodName))
+			if md == nil {
+				return nil, fmt.Errorf("broker: %s has no method %s", sd.FullName(), m.MethodName)
+			}
+			rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
+			if rule == nil {
+				continue // streaming RPCs have no REST binding
+			}
+			impl, h := svc.impl, m.Handler
+			call := func(ctx context.Context, dec func(any) error) (any, error) { return h(impl, ctx, dec, nil) }
+			for _, r := range append([]*annotations.HttpRule{rule}, rule.AdditionalBindings...) {
+				rt, err := newRoute(r)
+				if err != nil {
+					return nil, fmt.Errorf("broker: REST binding of %s: %w", md.FullName(), err)
+				}
+				rt.rpc, rt.call = md.FullName(), call
+				routes = append(routes, rt)
+			}
+		}
+	}
+	slices.SortStableFunc(routes, func(a, b *restRoute) int {
+		if (a.custom != "") == (b.custom != "") {
+			return 0
+		}
+		if a.custom != "" {
+			return -1
+		}
+		return 1
+	})
+	return routes, nil
+}
+
+func newRoute(r *annotations.HttpRule) (*restRoute, error) {
+	rt := &restRoute{body: r.Body}
+	var tmpl string
+	switch p := r.Pattern.(type) {
+	case *annotations.HttpRule_Get:
+		rt.verb, tmpl = http.MethodGet, p.Get
+	case *annotations.HttpRule_Put:
+		rt.verb, tmpl = http.MethodPut, p.Put
+	case *annotations.HttpRule_Post:
+		rt.verb, tmpl = http.MethodPost, p.Post
+	case *annotations.HttpRule_Delete:
+		rt.verb, tmpl = http.MethodDelete, p.Delete
+	case *annotations.HttpRule_Patch:
+		rt.verb, tmpl = http.MethodPatch, p.Patch
+	case *annotations.HttpRule_Custom:
+		rt.verb, tmpl = p.Custom.Kind, p.Custom.Path
+	default:
+		return nil, errors.New("no HTTP pattern")
+	}
+	return rt, rt.parse(tmpl)
+}
+
+// parse reads a path template: "/v1/{topic=projects/*/topics/*}:publish".
+func (rt *restRoute) parse(tmpl string) error {
+	t, ok := strings.CutPrefix(tmpl, "/")
+	if !ok {
+		return fmt.Errorf("template %q does not start with /", tmpl)
+	}
+	if i := strings.LastIndexByte(t, ':'); i > strings.LastIndexAny(t, "/}") {
+		rt.custom, t = t[i+1:], t[:i]
+	}
+	for t != "" {
+		if strings.HasPrefix(t, "{") {
+			end := strings.IndexByte(t, '}')
+			if end < 0 {
+				return fmt.Errorf("template %q: unclosed {", tmpl)
+			}
+			field, pat, ok := strings.Cut(t[1:end], "=")
+			if !ok {
+				pat = "*"
+			}
+			v := pathVar{field: field, from: len(rt.segs)}
+			rt.segs = append(rt.segs, strings.Split(pat, "/")...)
+			v.to = len(rt.segs)
+			rt.vars = append(rt.vars, v)
+			t = t[end+1:]
+		} else {
+			seg, rest, _ := strings.Cut(t, "/")
+			rt.segs = append(rt.segs, seg)
+			t = "/" + rest
+			if rest == "" {
+				t = ""
+			}
+		}
+		t = strings.TrimPrefix(t, "/")
+	}
+	for i, s := range rt.segs {
+		if s == "**" && i != len(rt.segs)-1 {
+			return fmt.Errorf("template %q: ** must come last", tmpl)
+		}
+	}
+	return nil
+}
+
+// match reports whether the path segments fit the template, and the values
+// of its variables.
+func (rt *restRoute) match(segs []string) (map[string]string, bool) {
+	if rt.custom != "" {
+		last, ok := strings.CutSuffix(segs[len(segs)-1], ":"+rt.custom)
+		if !ok {
+			return nil, false
+		}
+		segs = append(segs[:len(segs)-1:len(segs)-1], last)
+	}
+	multi := len(rt.segs) > 0 && rt.segs[len(rt.segs)-1] == "**"
+	if len(segs) != len(rt.segs) && !(multi && len(segs) >= len(rt.segs)) {
+		return nil, false
+	}
+	for i, p := range rt.segs {
+		switch {
+		case p == "**":
+		case segs[i] == "":
+			return nil, false
+		case p != "*" && p != segs[i]:
+			return nil, false
+		}
+	}
+	vals := make(map[string]string, len(rt.vars))
+	for _, v := range rt.vars {
+		to := v.to
+		if multi && to == len(rt.segs) {
+			to = len(segs)
+		}
+		vals[v.field] = strings.Join(segs[v.from:to], "/")
+	}
+	return vals, true
+}
+
+// restHandler serves the REST API, behind the guards that keep web pages
+// out of it.
+func (b *Broker) restHandler(services []service) (http.Handler, error) {
+	routes, err := restRoutes(services)
+	if err != nil {
+		return nil, err
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { b.serveREST(w, r, routes) })
+	deny := func(w http.ResponseWriter, _ *http.Request, code int, msg string) {
+		writeRESTError(w, code, codes.PermissionDenied, msg)
+	}
+	return localguard.Host(b.opts.AllowedHosts, deny, localguard.SameSite(false, deny, h)), nil
+}
+
+func (b *Broker) serveREST(w http.ResponseWriter, r *http.Request, routes []*restRoute) {
+	segs, err := pathSegments(r.URL.EscapedPath())
+	if err != nil {
+		writeStatus(w, status.New(codes.InvalidArgument, err.Error()))
+		return
+	}
+	var allowed []string
+	for _, rt := range routes {
+		vals, ok := rt.match(segs)
+		if !ok {
+			continue
+		}
+		if rt.verb != r.Method {
+			allowed = append(allowed, rt.verb)
+			continue
+		}
+		resp, err := rt.call(r.Context(), func(req any) error {
+			return rt.decode(w, r, vals, req.(proto.Message))
+		})
+		if err != nil {
+			st, _ := status.FromError(err)
+			writeStatus(w, st)
+			return
+		}
+		out, err := protojson.Marshal(resp.(proto.Message))
+		if err != nil {
+			writeStatus(w, status.New(codes.Internal, "encode response: "+err.Error()))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+		_, _ = w.Write(out)
+		return
+	}
+	// As the service does, a path that no method takes, or not with this
+	// HTTP method, is not found; Allow says which methods it takes.
+	msg := fmt.Sprintf("%s %s is not a method of the Pub/Sub v1 REST API", r.Method, r.URL.Path)
+	if len(allowed) > 0 {
+		slices.Sort(allowed)
+		allowed = slices.Compact(allowed)
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		msg += fmt.Sprintf(" (this path takes %s)", strings.Join(allowed, ", "))
+	}
+	writeStatus(w, status.New(codes.NotFound, msg))
+}
+
+func pathSegments(p string) ([]string, error) {
+	rest, ok := strings.CutPrefix(p, "/")
+	if !ok {
+		return nil, fmt.Errorf("path %q does not start with /", p)
+	}
+	segs := strings.Split(rest, "/")
+	for i, s := range segs {
+		u, err := url.PathUnescape(s)
+		if err != nil {
+			return nil, fmt.Errorf("path segment %q: %w", s, err)
+		}
+		segs[i] = u
+	}
+	return segs, nil
+}
+
+// Query parameters that Google's API front end takes for itself; clients
+// such as gcloud send some of them.
+var systemParams = map[string]bool{
+	"alt": true, "prettyPrint": true, "$.xgafv": true, "fields": true, "key": true,
+	"access_token": true, "oauth_token": true, "callback": true, "quotaUser": true,
+	"upload_protocol": true, "uploadType": true,
+}
+
+// decode fills req from the body, the query string and the path, in that
+// order, as the HTTP rule says; errors are the service's words.
+func (rt *restRoute) decode(w http.ResponseWriter, r *http.Request, vals map[string]string, req proto.Message) error {
+	m := req.ProtoReflect()
+	if rt.body != "" {
+		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, restBodyBytes))
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "read request body: %v", err)
+		}
+		target := req
+		if rt.body != "*" {
+			fd := fieldByName(m, rt.body)
+			if fd == nil || fd.Message() == nil {
+				return status.Errorf(codes.Internal, "REST body field %q is not a message of %s", rt.body, m.Descriptor().FullName())
+			}
+			target = m.Mutable(fd).Message().Interface()
+		}
+		if len(strings.TrimSpace(string(data))) > 0 {
+			if err := protojson.Unmarshal(data, target); err != nil {
+				return status.Errorf(codes.InvalidArgument, "Invalid JSON payload received. %s", strings.TrimSpace(strings.TrimPrefix(err.Error(), "proto:")))
+			}
+		}
+	}
+	if rt.body != "*" {
+		for k, vs := range r.URL.Query() {
+			if systemParams[k] {
+				continue
+			}
+			for _, v := range vs {
+				if err := setField(m, k, v); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, v := range rt.vars {
+		if err := setField(m, v.field, vals[v.field]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fieldByName(m protoreflect.Message, name string) protoreflect.FieldDescriptor {
+	fields := m.Descriptor().Fields()
+	if fd := fields.ByName(protoreflect.Name(name)); fd != nil {
+		return fd
+	}
+	return fields.ByJSONName(name)
+}
+
+// setField sets the field at a dotted path from its text form in a URL.
+func setField(m protoreflect.Message, path, v string) error {
+	parts := strings.Split(path, ".")
+	for i, p := range parts {
+		fd := fieldByName(m, p)
+		if fd == nil || fd.IsMap() || (i < len(parts)-1 && (fd.Message() == nil || fd.IsList())) {
+			return status.Errorf(codes.InvalidArgument,
+				"Invalid JSON payload received. Unknown name %q: Cannot bind query parameter. Field %q could not be found in request message.", path, p)
+		}
+		if i < len(parts)-1 {
+			m = m.Mutable(fd).Message()
+			continue
+		}
+		val, err := parseValue(m, fd, v)
+		if err != nil {
+			return status.Errorf(codes.InvalidArgument, "Invalid value at '%s' (TYPE_%s), %q", path, strings.ToUpper(fd.Kind().String()), v)
+		}
+		if fd.IsList() {
+			m.Mutable(fd).List().Append(val)
+		} else {
+			m.Set(fd, val)
+		}
+	}
+	return nil
+}
+
+func parseValue(m protoreflect.Message, fd protoreflect.FieldDescriptor, v string) (protoreflect.Value, error) {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		return protoreflect.ValueOfString(v), nil
+	case protoreflect.BoolKind:
+		x, err := strconv.ParseBool(v)
+		return protoreflect.ValueOfBool(x), err
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
+		x, err := strconv.ParseInt(v, 10, 32)
+		return protoreflect.ValueOfInt32(int32(x)), err
+	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		x, err := strconv.ParseInt(v, 10, 64)
+		return protoreflect.ValueOfInt64(x), err
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		x, err := strconv.ParseUint(v, 10, 32)
+		return protoreflect.ValueOfUint32(uint32(x)), err
+	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
+		x, err := strconv.ParseUint(v, 10, 64)
+		return protoreflect.ValueOfUint64(x), err
+	case protoreflect.FloatKind:
+		x, err := strconv.ParseFloat(v, 32)
+		return protoreflect.ValueOfFloat32(float32(x)), err
+	case protoreflect.DoubleKind:
+		x, err := strconv.ParseFloat(v, 64)
+		return protoreflect.ValueOfFloat64(x), err
+	}
+	// Enums, bytes and messages (timestamps, field masks) take their JSON
+	// form; a JSON string holding the text is what the service accepts.
+	q, _ := json.Marshal(v)
+	holder := m.New()
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(fmt.Appendf(nil, `{%q:%s}`, fd.JSONName(), q), holder.Interface()); err != nil {
+		return protoreflect.Value{}, err
+	}
+	if fd.IsList() {
+		return holder.Get(fd).List().Get(0), nil
+	}
+	return holder.Get(fd), nil
+}
+
+// httpStatus maps gRPC codes to HTTP statuses as google/rpc/code.proto
+// documents them.
+var httpStatus = map[codes.Code]int{
+	codes.OK: 200, codes.Canceled: 499, codes.Unknown: 500, codes.InvalidArgument: 400,
+	codes.DeadlineExceeded: 504, codes.NotFound: 404, codes.AlreadyExists: 409,
+	codes.PermissionDenied: 403, codes.Unauthenticated: 401, codes.ResourceExhausted: 429,
+	codes.FailedPrecondition: 400, codes.Aborted: 409, codes.OutOfRange: 400,
+	codes.Unimplemented: 501, codes.Internal: 500, codes.Unavailable: 503, codes.DataLoss: 500,
+}
+
+func writeStatus(w http.ResponseWriter, st *status.Status) {
+	code, ok := httpStatus[st.Code()]
+	if !ok {
+		code = 500
+	}
+	writeRESTError(w, code, st.Code(), st.Message())
+}
+
+// writeRESTError writes the service's error body:
+// {"error":{"code":404,"message":"...","status":"NOT_FOUND"}}.
+func writeRESTError(w http.ResponseWriter, httpCode int, c codes.Code, msg string) {
+	body, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"code": httpCode, "message": msg, "status": rpccode.Code(c).String(),
+	}})
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(httpCode)
+	_, _ = w.Write(body)
+}
