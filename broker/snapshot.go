@@ -311,7 +311,7 @@ func (srv *subscriberServer) DeleteSnapshot(ctx context.Context, req *pb.DeleteS
 	return &emptypb.Empty{}, durable(ctx, b, off)
 }
 
-// seekToSnapshot is Seek with a snapshot target; b.mu must be held.
+// seekToSnapshotLocked is Seek with a snapshot target; b.mu must be held.
 func (srv *subscriberServer) seekToSnapshotLocked(s *subscription, name string) error {
 	sn, err := srv.snapshot(name)
 	if err != nil {
@@ -325,7 +325,7 @@ func (srv *subscriberServer) seekToSnapshotLocked(s *subscription, name string) 
 	return nil
 }
 
-// topicSnapshots lists the names of t's snapshots, sorted.
+// topicSnapshotsLocked lists the names of t's snapshots, sorted.
 func (b *Broker) topicSnapshotsLocked(t *topic) []string {
 	b.pruneSnapshotsLocked(b.nowNanos())
 	var names []string
