@@ -17,6 +17,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/consumer"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pubsubio"
@@ -221,11 +222,30 @@ func TestPushInFlightAnswers429(t *testing.T) {
 	}
 }
 
-// Through real push subscriptions of Google's emulator: the seed scenario
-// end to end, and a next that is slow past the ack deadline once, so the
-// message is pushed again and caught as a redelivery.
-func TestPushThroughEmulator(t *testing.T) {
-	host := testenv.EmulatorHost(t)
+// Through real push subscriptions of Google's emulator and of our broker:
+// the seed scenario end to end, and a next that is slow past the ack
+// deadline once, so the message is pushed again and caught as a
+// redelivery.
+func TestPushThroughServers(t *testing.T) {
+	for _, kind := range []string{"emulator", "broker"} {
+		t.Run(kind, func(t *testing.T) {
+			var host string
+			if kind == "emulator" {
+				host = testenv.EmulatorHost(t)
+			} else {
+				addr, stop, err := broker.NewTestServer()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(stop)
+				host = addr
+			}
+			pushSeedAndSlow(t, host)
+		})
+	}
+}
+
+func pushSeedAndSlow(t *testing.T, host string) {
 	ctx := context.Background()
 	c, err := pubsubio.NewClient(ctx, "push-test", pubsubio.Insecure(host)...)
 	if err != nil {

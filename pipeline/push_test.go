@@ -9,17 +9,37 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
-// The pipeline as a push endpoint of Google's emulator: the seed's
-// Messages 2, 3 and 4 with key 456 are pushed, only one reaches the
-// output topic, and ServePush returns cleanly when its context ends.
-func TestServePushThroughEmulator(t *testing.T) {
-	r := newRig(t, pubsubio.Insecure(testenv.EmulatorHost(t)), rigOpts{cfg: pipeline.Config{Rule: dedup.Rule{IDAttribute: "key"}}})
+// The pipeline as a push endpoint of Google's emulator and of our broker:
+// the seed's Messages 2, 3 and 4 with key 456 are pushed, only one reaches
+// the output topic, and ServePush returns cleanly when its context ends.
+func TestServePush(t *testing.T) {
+	for _, kind := range []string{"emulator", "broker"} {
+		t.Run(kind, func(t *testing.T) {
+			var host string
+			if kind == "emulator" {
+				host = testenv.EmulatorHost(t)
+			} else {
+				addr, stop, err := broker.NewTestServer()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(stop)
+				host = addr
+			}
+			servePushSeed(t, host)
+		})
+	}
+}
+
+func servePushSeed(t *testing.T, host string) {
+	r := newRig(t, pubsubio.Insecure(host), rigOpts{cfg: pipeline.Config{Rule: dedup.Rule{IDAttribute: "key"}}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
