@@ -227,21 +227,34 @@ func (f *Filter) perGen() uint {
 // before t (false positives at about the configured rate; no false
 // negatives within Horizon).
 func (f *Filter) Contains(k dedup.Key, t time.Time) bool {
+	_, ok := f.Seen(k, t)
+	return ok
+}
+
+// Seen is Contains, with the start of the oldest generation that holds k:
+// the earliest time k can have been added, to the width of a generation
+// (Horizon / Generations), so t minus it is the copy's delay, rounded up
+// by less than a generation.
+func (f *Filter) Seen(k dedup.Key, t time.Time) (time.Time, bool) {
 	locs := bloom.Locations(k[:], f.k) // hashed once for every generation
 	e := f.epoch(t)
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if !f.ok {
-		return false
+		return time.Time{}, false
 	}
 	newest := max(e, f.cur)
+	oldest, found := int64(0), false
 	for i := range f.gens {
 		g := &f.gens[i]
-		if g.n > 0 && f.live(g.epoch, newest) && g.f.TestLocations(locs) {
-			return true
+		if g.n > 0 && f.live(g.epoch, newest) && g.f.TestLocations(locs) && (!found || g.epoch < oldest) {
+			oldest, found = g.epoch, true
 		}
 	}
-	return false
+	if !found {
+		return time.Time{}, false
+	}
+	return time.Unix(0, oldest*f.width), true
 }
 
 // Stats describe the filter for gauges.

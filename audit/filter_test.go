@@ -317,3 +317,21 @@ func TestExtremeTimes(t *testing.T) {
 		t.Fatal("a lookup in year 9999 still sees today's key")
 	}
 }
+
+// Seen tells when a key was first added, to the width of a generation, so
+// a late copy's delay can be estimated; a key added again later keeps its
+// first generation.
+func TestSeenGivesTheFirstGeneration(t *testing.T) {
+	const day = 24 * time.Hour
+	f := newFilter(t, audit.Options{Horizon: 8 * day, Generations: 8, Capacity: 10_000})
+	k := dedup.KeyOf("order-17")
+	f.Add(k, t0)
+	f.Add(k, t0.Add(3*day))
+	seen, ok := f.Seen(k, t0.Add(5*day))
+	if !ok || seen.After(t0) || t0.Sub(seen) >= day {
+		t.Fatalf("Seen = %v, %v; want within the day (one generation) before %v", seen, ok, t0)
+	}
+	if _, ok := f.Seen(dedup.KeyOf("order-18"), t0.Add(5*day)); ok {
+		t.Error("a key never added is seen")
+	}
+}

@@ -36,6 +36,40 @@ type Options struct {
 	// (or Proceed, if the write failed) at once, where an InFlight nack
 	// would cost a redelivery and a second claim. Zero answers at once.
 	LocalWait time.Duration
+	// Mode is how a key's life is counted: from its first sight (Fixed,
+	// the default) or from its latest caught copy (Sliding).
+	Mode HorizonMode
+}
+
+// HorizonMode says whether a caught duplicate extends its key's life.
+type HorizonMode uint8
+
+const (
+	// Fixed: a key lives for the horizon from first sight; a duplicate
+	// does not extend it (as Beam's Deduplicate).
+	Fixed HorizonMode = iota
+	// Sliding: each caught duplicate keeps its key for another horizon
+	// from that copy (as Vector's refresh_on_drop, Flink's
+	// reset_ttl_on_duplicate).
+	Sliding
+)
+
+// ParseHorizonMode reads a --horizon-mode value.
+func ParseHorizonMode(s string) (HorizonMode, error) {
+	switch s {
+	case "fixed", "":
+		return Fixed, nil
+	case "sliding":
+		return Sliding, nil
+	}
+	return 0, fmt.Errorf("unknown horizon mode %q: want fixed or sliding", s)
+}
+
+func (m HorizonMode) String() string {
+	if m == Sliding {
+		return "sliding"
+	}
+	return "fixed"
 }
 
 // Validate checks the options, filling defaults.
@@ -63,6 +97,9 @@ func (o *Options) Validate() error {
 	}
 	if o.AllowedLateness < 0 {
 		return fmt.Errorf("allowed lateness %v must not be negative", o.AllowedLateness)
+	}
+	if o.Mode > Sliding {
+		return fmt.Errorf("unknown horizon mode %d", o.Mode)
 	}
 	return nil
 }
@@ -106,6 +143,9 @@ func New(store Store, opt Options) (*Deduper, error) {
 // Horizon is the horizon in force.
 func (d *Deduper) Horizon() time.Duration { return d.opt.Horizon }
 
+// Mode is the horizon mode in force.
+func (d *Deduper) Mode() HorizonMode { return d.opt.Mode }
+
 // Lease is how long a claim holds.
 func (d *Deduper) Lease() time.Duration { return d.opt.Lease }
 
@@ -133,7 +173,16 @@ func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Tick
 // now (the processing clock, or the watermark), for a key that, once
 // committed, expires at expires.
 func (d *Deduper) claim(ctx context.Context, k Key, msgID string, now, expires time.Time) (Verdict, Ticket, error) {
-	v, err := d.store.Claim(ctx, Claim{Key: k, MsgID: msgID, Now: now, LeaseUntil: now.Add(d.opt.Lease)})
+	c := Claim{Key: k, MsgID: msgID, Now: now, LeaseUntil: now.Add(d.opt.Lease)}
+	if d.opt.Mode == Sliding {
+		c.Extend = expires
+	}
+	v, err := d.store.Claim(ctx, c)
+	if v.Status == Duplicate && !v.Expires.IsZero() {
+		// This copy's key would expire a horizon after its sight, the
+		// stored one a horizon after the first (or latest) sight.
+		v.Age = max(expires.Sub(v.Expires), 0)
+	}
 	if err != nil || v.Status != Proceed {
 		d.forget(k)
 		if err != nil {

@@ -60,6 +60,10 @@ type Claim struct {
 	// LeaseUntil bounds how long this claim keeps other messages with the
 	// same key away; a claimant that dies is taken over after it.
 	LeaseUntil time.Time
+	// Extend, when set (the sliding horizon), makes a Duplicate verdict
+	// also move the committed key's expiry to Extend if that is later: a
+	// caught copy keeps its key for another horizon.
+	Extend time.Time
 }
 
 // Verdict is a store's answer to a Claim.
@@ -71,6 +75,13 @@ type Verdict struct {
 	// asked the store; stores leave it zero. Latency metrics subtract it,
 	// so a store's latency is not blamed for a sink write.
 	Waited time.Duration
+	// Expires is, for a Duplicate, when the committed key expires (before
+	// any Extend); a store that cannot tell leaves it zero.
+	Expires time.Time
+	// Age is, for a Duplicate whose store set Expires, how long after the
+	// key's first sight this copy came (with a sliding horizon: after the
+	// latest caught copy), on the horizon's clock. The Deduper sets it.
+	Age time.Duration
 }
 
 // Record is a store's record of a key, as Judge reads it; the zero Record

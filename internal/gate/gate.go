@@ -134,7 +134,11 @@ func New(cfg Config) (*Gate, error) {
 	}
 	g := &Gate{cfg: cfg, dd: cfg.Deduper, log: cfg.Logger, now: cfg.Now, by: newDeadlines(cfg.SettleTimeout),
 		done: make(chan struct{})}
-	g.m = newMetrics(cfg.Work.Name)
+	var auditHorizon time.Duration
+	if cfg.Audit != nil {
+		auditHorizon = cfg.Audit.Horizon()
+	}
+	g.m = newMetrics(cfg.Work.Name, g.dd.Horizon(), auditHorizon)
 	g.m.horizon = cfg.HorizonKeys
 	if g.dd.Domain() == dedup.EventTime {
 		g.m.watermark = g.dd.Watermark
@@ -255,9 +259,12 @@ func (g *Gate) pass(ctx context.Context, in *pubsub.Message) outcome.Outcome {
 	}
 	switch v.Status {
 	case dedup.Duplicate:
-		o := outcome.DuplicateRepublish
+		o, delay := outcome.DuplicateRepublish, g.m.republishDelay
 		if v.Kind == dedup.Redelivery {
-			o = outcome.DuplicateRedelivery
+			o, delay = outcome.DuplicateRedelivery, g.m.redeliveryDelay
+		}
+		if !v.Expires.IsZero() {
+			delay.Observe(v.Age.Seconds())
 		}
 		if g.cfg.OnDuplicate != nil {
 			g.cfg.OnDuplicate(ctx, in, v.Kind)

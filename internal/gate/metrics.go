@@ -19,6 +19,12 @@ type metrics struct {
 	latency   prometheus.Histogram // publish → work done
 	storeTime prometheus.Histogram
 	workTime  prometheus.Histogram
+	// Delays of caught copies since their key's first sight, and of the
+	// copies the audit recognised after the horizon: what horizon advice
+	// is made of.
+	republishDelay  prometheus.Histogram
+	redeliveryDelay prometheus.Histogram
+	lateDelay       prometheus.Histogram // nil without an audit
 	horizon   func() int // live keys, when the store can tell
 	audit     func() audit.Stats
 	watermark func() (time.Time, bool)
@@ -32,9 +38,21 @@ type dependency struct {
 	tracker *backoff.Tracker
 }
 
-func newMetrics(work string) *metrics {
+// delayBuckets run from 10 ms to the horizon in steps of about 1.6×, so
+// advice can place a quantile within that factor.
+func delayBuckets(horizon time.Duration) []float64 {
+	return prometheus.ExponentialBucketsRange(0.01, max(horizon.Seconds(), 0.02), 24)
+}
+
+func newMetrics(work string, horizon, auditHorizon time.Duration) *metrics {
 	buckets := prometheus.ExponentialBuckets(0.0005, 2, 16)
-	return &metrics{
+	m := &metrics{
+		republishDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dedupflow_republish_delay_seconds", Buckets: delayBuckets(horizon),
+			Help: "Time from a key's first sight (with a sliding horizon: its latest caught copy) to each republished copy caught within the horizon."}),
+		redeliveryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "dedupflow_redelivery_delay_seconds", Buckets: delayBuckets(horizon),
+			Help: "Time from a key's first sight to each redelivery caught within the horizon (a sign of late or lost acks, not of publishers)."}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "dedupflow_end_to_end_latency_seconds", Help: "Time from publish to the message's " + work + " succeeding.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
@@ -43,6 +61,22 @@ func newMetrics(work string) *metrics {
 		workTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "dedupflow_" + work + "_seconds", Help: "Duration of " + work + " calls.", Buckets: buckets}),
 	}
+	if auditHorizon > horizon {
+		m.lateDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dedupflow_late_republish_delay_seconds",
+			Buckets: prometheus.ExponentialBucketsRange(horizon.Seconds(), auditHorizon.Seconds(), 12),
+			Help:    "Approximate time from a key's first sight to each copy the audit filter recognised after the horizon (to one audit generation; may include false positives)."})
+	}
+	return m
+}
+
+// histograms are the metrics' histograms, for Describe and Collect.
+func (m *metrics) histograms() []prometheus.Histogram {
+	h := []prometheus.Histogram{m.latency, m.storeTime, m.workTime, m.republishDelay, m.redeliveryDelay}
+	if m.lateDelay != nil {
+		h = append(h, m.lateDelay)
+	}
+	return h
 }
 
 var (
@@ -68,9 +102,9 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descAuditKeys
 	ch <- descAuditCapacity
 	ch <- descAuditFP
-	m.latency.Describe(ch)
-	m.storeTime.Describe(ch)
-	m.workTime.Describe(ch)
+	for _, h := range m.histograms() {
+		h.Describe(ch)
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -98,7 +132,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAuditCapacity, prometheus.GaugeValue, float64(st.Capacity))
 		ch <- prometheus.MustNewConstMetric(descAuditFP, prometheus.GaugeValue, st.FalsePositive)
 	}
-	m.latency.Collect(ch)
-	m.storeTime.Collect(ch)
-	m.workTime.Collect(ch)
+	for _, h := range m.histograms() {
+		h.Collect(ch)
+	}
 }

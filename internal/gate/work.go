@@ -30,9 +30,16 @@ func (g *Gate) auditTime(et time.Time) time.Time {
 }
 
 // suspect asks the audit whether a key the exact horizon no longer holds
-// was seen before.
+// was seen before, and records how late the copy came.
 func (g *Gate) suspect(n *note) bool {
-	return g.cfg.Audit != nil && g.cfg.Audit.Contains(n.k, n.at)
+	if g.cfg.Audit == nil {
+		return false
+	}
+	seen, ok := g.cfg.Audit.Seen(n.k, n.at)
+	if ok {
+		g.m.lateDelay.Observe(max(n.at.Sub(seen), 0).Seconds())
+	}
+	return ok
 }
 
 // work runs the front end's step; with a ticket, it commits the key after
