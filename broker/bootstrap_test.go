@@ -2,12 +2,16 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // bootstrapYAML is a bootstrap file as a user writes it: the REST API's
@@ -151,4 +155,66 @@ func TestEnsureTwice(t *testing.T) {
 			t.Errorf("%s -> %s: got %v, want a conflict naming %q", c.from, c.to, err, c.field)
 		}
 	}
+}
+
+// TestBootstrapFromEmulatorExport: topics and subscriptions created on
+// Google's emulator, read back and written as the REST API's JSON (what
+// gcloud … --format=json prints), make the same resources on our broker.
+func TestBootstrapFromEmulatorExport(t *testing.T) {
+	em := newClient(t, emulator(t).addr)
+	ctx := context.Background()
+	topic, dead := createTopic(t, em), createTopic(t, em)
+	sub := createSub(t, em, &pb.Subscription{Topic: topic, AckDeadlineSeconds: 42, EnableMessageOrdering: true,
+		Labels:           map[string]string{"team": "shop"},
+		DeadLetterPolicy: &pb.DeadLetterPolicy{DeadLetterTopic: dead, MaxDeliveryAttempts: 8},
+		RetryPolicy:      &pb.RetryPolicy{MinimumBackoff: durationpb.New(5 * time.Second), MaximumBackoff: durationpb.New(time.Minute)},
+		PushConfig:       &pb.PushConfig{PushEndpoint: "http://127.0.0.1:1/push", Wrapper: &pb.PushConfig_NoWrapper_{NoWrapper: &pb.PushConfig_NoWrapper{WriteMetadata: true}}},
+	})
+	t.Cleanup(func() {
+		em.SubscriptionAdminClient.DeleteSubscription(ctx, &pb.DeleteSubscriptionRequest{Subscription: sub.Name})
+	})
+	var file []json.RawMessage
+	for _, name := range []string{topic, dead} {
+		tp, err := em.TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		file = append(file, mustJSON(t, tp))
+	}
+	exported, err := em.SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: sub.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file = append(file, mustJSON(t, exported))
+	data, err := json.MarshalIndent(file, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := ParseResources(data, "")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	b := startOurs(t, Options{}).ours
+	for range 2 {
+		if err := b.Ensure(ctx, r); err != nil {
+			t.Fatalf("%v\n%s", err, data)
+		}
+	}
+	ours, err := b.sub.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: sub.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours.State = exported.State // the emulator leaves the output-only state out
+	if err := differ("ours", ours, exported); err != nil {
+		t.Errorf("ours differs from the emulator's: %v", err)
+	}
+}
+
+func mustJSON(t *testing.T, m proto.Message) json.RawMessage {
+	t.Helper()
+	js, err := protojson.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
