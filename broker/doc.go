@@ -103,9 +103,10 @@
 // here), iat and exp (an hour later). Google's keys cannot sign it here, so
 // the broker signs it (RS256) with a key of its own, Options.PushKey or one
 // generated on first use, named by the token's kid. A handler under test
-// verifies it with the key from PushPublicKey, or fetches PushKeySet (a
-// JSON Web Key Set, the form of Google's own certificates) from
-// PushKeysHandler mounted where the handler's key URL points.
+// verifies it with the key from PushPublicKey, or fetches the key set (a
+// JSON Web Key Set, the form of Google's own certificates) from the
+// broker's port at /oauth2/v3/certs, the path of Google's (PushKeysPath;
+// PushKeysHandler serves it elsewhere).
 //
 // Google's emulator, measured beside it in push_test.go, differs: it
 // redelivers after a 202, leaves orderingKey and deliveryAttempt out of the

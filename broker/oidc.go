@@ -21,9 +21,9 @@ import (
 // a JWT carrying the claims the service documents. Google's keys are not
 // available here, so the broker signs with an RSA key of its own
 // (Options.PushKey, or one generated on first use) and publishes the public
-// half through PushPublicKey, PushKeySet and PushKeysHandler, so that a
-// handler under test verifies the token exactly as it would verify
-// Google's, with another key set.
+// half through PushPublicKey, PushKeySet and PushKeysHandler, and over HTTP
+// at PushKeysPath, so that a handler under test verifies the token exactly
+// as it would verify Google's, with another key set.
 const (
 	// PushTokenIssuer is the iss claim, as in Google's tokens, so that
 	// handlers that check the issuer accept the broker's too.
@@ -96,8 +96,27 @@ func (b *Broker) PushKeySet() ([]byte, error) {
 	}{[]jwk{key}})
 }
 
+// PushKeysPath is where the broker's HTTP port (the gRPC port, which also
+// serves the REST API) serves PushKeySet: the path of Google's own
+// certificates on www.googleapis.com, so a handler that takes the URL of
+// its keys is pointed at http://HOST:PORT/oauth2/v3/certs.
+const PushKeysPath = "/oauth2/v3/certs"
+
+// withPushKeys serves GET PushKeysPath with PushKeysHandler, the rest with h.
+func (b *Broker) withPushKeys(h http.Handler) http.Handler {
+	keys := b.PushKeysHandler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == PushKeysPath && r.Method == http.MethodGet {
+			keys.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // PushKeysHandler serves PushKeySet, for a handler that fetches its keys
-// from a URL (mount it wherever that URL points).
+// from a URL; the broker serves it at PushKeysPath, and it can be mounted
+// anywhere else.
 func (b *Broker) PushKeysHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		set, err := b.PushKeySet()

@@ -178,7 +178,7 @@ func TestPushOIDC(t *testing.T) {
 		if given != nil && !pub.Equal(&given.PublicKey) {
 			t.Error("PushPublicKey is not the public half of Options.PushKey")
 		}
-		fromSet := keyFromSet(t, tg.ours, kid)
+		fromSet := keyFromSet(t, tg.addr, kid)
 		if !fromSet.Equal(pub) {
 			t.Error("the key set's key differs from PushPublicKey")
 		}
@@ -219,13 +219,11 @@ func TestPushOIDC(t *testing.T) {
 	}
 }
 
-// keyFromSet reads the key with kid from the broker's key set, served over
-// HTTP as a handler under test would fetch it.
-func keyFromSet(t *testing.T, b *Broker, kid string) *rsa.PublicKey {
+// keyFromSet reads the key with kid from the key set the broker serves on
+// its port, as a handler under test would fetch it.
+func keyFromSet(t *testing.T, addr, kid string) *rsa.PublicKey {
 	t.Helper()
-	srv := httptest.NewServer(b.PushKeysHandler())
-	defer srv.Close()
-	resp, err := http.Get(srv.URL)
+	resp, err := http.Get("http://" + addr + PushKeysPath)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,7 +206,7 @@ func (b *Broker) restHandler(services []service) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { b.serveREST(w, r, routes) })
+	h := b.withPushKeys(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { b.serveREST(w, r, routes) }))
 	deny := func(w http.ResponseWriter, _ *http.Request, code int, msg string) {
 		writeRESTError(w, code, codes.PermissionDenied, msg)
 	}
