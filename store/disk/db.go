@@ -367,10 +367,15 @@ func (w *writer) put(ctx context.Context, k dedup.Key, r rec) error {
 	g := w.cur
 	g.keys = append(g.keys, k)
 	g.recs = append(g.recs, r)
+	first := len(g.keys) == 1
 	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	if first {
+		// Only the first commit of a group wakes the writer: the ones
+		// after it go with it, or into the group the writer takes next.
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
 	done := ctx.Done()
 	if done == nil {
@@ -453,12 +458,6 @@ func (w *writer) write(g *group, now int64) (more bool) {
 			w.mu.Lock()
 			w.failed = g.err
 			w.mu.Unlock()
-		}
-	}
-	if g.err == nil {
-		// Done now, whoever held the lease: the keys are durable.
-		for i, k := range g.keys {
-			w.s.set.Commit(k, g.recs[i].tag, g.recs[i].exp)
 		}
 	}
 	close(g.done)

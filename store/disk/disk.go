@@ -187,7 +187,11 @@ func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
 // the strength of a write that might still fail.
 func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires time.Time) error {
 	r := rec{exp: expires.UnixNano(), tag: dedup.MsgTag(msgID)}
-	return s.w.put(ctx, k, r)
+	if err := s.w.put(ctx, k, r); err != nil {
+		return err
+	}
+	s.set.Commit(k, r.tag, r.exp) // done now, whoever held the lease
+	return nil
 }
 
 // Release implements dedup.Store. The claim is told by its message-ID tag,
