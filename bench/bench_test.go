@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -86,5 +87,13 @@ func TestMedianAndNumbers(t *testing.T) {
 		if got := num(v); got != want {
 			t.Errorf("num(%v) = %q, want %q", v, got, want)
 		}
+	}
+}
+
+// The hand-kept component measurements are in every report, as they are.
+func TestReportCarriesNotes(t *testing.T) {
+	md := (&env{}).markdown()
+	if !strings.Contains(md, "## Component measurements\n\n"+notes) || !strings.Contains(notes, "### Disk store") {
+		t.Fatal("the report does not carry bench/notes.md under Component measurements")
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	_ "embed"
 	"fmt"
 	"math"
 	"os"
@@ -230,8 +231,16 @@ func (e *env) markdown() string {
 		}
 		w("\n")
 	}
+	w("## Component measurements\n\n%s", notes)
 	return b.String()
 }
+
+// notes is the hand-kept file of component measurements, copied into the
+// report as it is: numbers from benchmarks of one part (a store's engine, a
+// data structure) that the bench does not run itself.
+//
+//go:embed notes.md
+var notes string
 
 func (e *env) sectionRows(section string) []row {
 	var out []row

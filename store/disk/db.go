@@ -179,9 +179,9 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 		// Small memtables: Pebble reuses a memtable's memory and its WAL
 		// file once their size stops doubling (from 256 KB); fresh ones
 		// cost a page fault per 4 KB written and a WAL whose every
-		// fdatasync also commits its growing size. With 64 MiB a store
-		// ran in that state for its first ~60 MB of commits (all of the
-		// benchmark); 4 MiB also bounds the WAL an open replays.
+		// fdatasync also commits its growing size, and a large memtable
+		// keeps a young store in that state for long; 4 MiB also bounds
+		// the WAL an open replays.
 		MemTableSize: 4 << 20,
 	}
 	o.ApplyCompressionSettings(func() pebble.DBCompressionSettings { return pebble.DBCompressionNone })
@@ -260,18 +260,14 @@ func (w *writer) init() error {
 	return nil
 }
 
-// load rebuilds the index from the file. Inserting records straight into
-// the tables in file order would touch a random spot of hundreds of
-// megabytes per key, a cache and TLB miss each (measured: 30 s for 10M keys
-// under load); instead a chunk of records is split by shard into flat
-// slices (sequential writes), then every shard's table takes its slice,
-// within a megabyte or two. Two goroutines index a chunk, half the shards
-// each, while the iterator fills the other buffer. The buffers are reused:
-// fresh pages cost a fault each, which on a busy VM was much of the time
-// (it still is for the tables: their first touch is most of what is left,
-// about 1 of the 2.3 CPU-seconds of a 10M-key open; splitting each shard's
-// slice further, so that it lands in cache, did not help). A key committed
-// twice keeps its later expiry, as Commit keeps it.
+// load rebuilds the index from the database. Inserting records straight
+// into the tables in the database's order would touch a random spot of
+// hundreds of megabytes per key, a cache and TLB miss each; instead a chunk
+// of records is split by shard into flat slices (sequential writes), then
+// every shard's table takes its slice, within a megabyte or two. Two
+// goroutines index a chunk, half the shards each, while the iterator fills
+// the other buffer. The buffers are reused, since fresh pages cost a fault
+// each. A key committed twice keeps its later expiry, as Commit keeps it.
 func (w *writer) load(ctx context.Context) (int, error) {
 	const (
 		nshards = 1 << shardBits

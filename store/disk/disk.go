@@ -14,9 +14,8 @@
 // from where the previous sweep stopped, and stops at the first live one;
 // it never reads live keys. A group stays until its last key expires; the
 // index judges every key by its own expiry, so the others only linger on
-// disk, by about a lease at most. Claims never read the database (a point
-// read from Pebble took ~19 µs under 1000 callers against ~0.5 µs for a
-// claim in the memory store).
+// disk, by about a lease at most. Claims never read the database: a point
+// read from Pebble costs many times a claim in memory.
 //
 // Swept groups are not deleted one by one: deletes at the front of a queue
 // are what an LSM tree handles worst (tombstones that every later scan
@@ -46,42 +45,20 @@
 // forgotten claim is exactly right, and keeping them durable would cost an
 // fsync per claim for nothing.
 //
+// A write Pebble could not make (a full or read-only disk, a directory
+// that is gone) leaves its commit pipeline unusable, so it fails that
+// commit and every later one with dedup.ErrFatal: a restart, which reopens
+// the database, is what heals it.
+//
 // # Why Pebble, not bbolt
 //
 // bbolt (this store's engine before) commits a transaction with two
 // fdatasyncs, data pages then the meta page, plus page copies and the
 // freelist; Pebble commits a batch with one, of a WAL appended
-// sequentially. On the 2-core machine this was measured on,
-// with other jobs at load 4-7: a bare 14 KB write + fdatasync took
-// 0.19-0.24 ms overwriting, 0.3-0.47 ms appending; under the benchmark
-// (go test -bench ClaimCommit, 1000 callers) strace showed 0.84 ms per
-// fdatasync with bbolt, two per transaction, 0.41 ms with Pebble, one per
-// batch. Same runs, interleaved, ops/s of claim+commit: bbolt 93k, 122k,
-// 74k; Pebble 224k, 122k, 117k; earlier at load 4-5 bbolt 190-245k
-// (2.1-2.7 ms per transaction of ~520 keys), Pebble 325-330k (1.2-1.4 ms).
-// bbolt's options did not close the gap (NoFreelistSync, NoGrowSync, a
-// large AllocSize or a file pre-grown with zeros: all within noise). The
-// price is a dependency with background work (flushes; with expiry-ordered
-// keys and excision instead of deletes, compactions are mostly moves) and
-// a directory instead of one file.
-//
-// # Speed
-//
-// The store does not reach the 0.5x of the memory store's claim+commit
-// rate that was aimed at: on a quiet 2-core machine (go test -run '^$'
-// -bench ClaimCommit -benchtime 2000000x, both stores in one run) it made
-// 369-399k ops/s against 1.27-1.59M, 0.24x. Without fsync (disk-nosync) it
-// is just as fast, so it is bound by CPU, 2.5-3.6 µs per claim+commit
-// against 0.9: growing the index from empty (32-byte entries; store/mem's
-// are 24) 14% of the profile, probing it twice, at claim and again at
-// commit, 18%, shard locks 15%, parking and waking callers 20%. Under load
-// fdatasync (p50 0.6-1.3 ms) and the batch's CPU take turns instead of
-// overlapping. What helped: pending claims in the index instead of a Go
-// map, reused group slices, a sweep clock read without shard locks, 4 MiB
-// memtables (see openWriter). What did not: applying the next batch with
-// ApplyNoSyncWait before waking the durable one's callers (smaller
-// batches), waking callers through a sync.Cond. In the pipeline the disk
-// store gives about 0.8x the memory store's messages per second.
+// sequentially, and measured faster under load (BENCHMARKS.md, component
+// measurements). The price is a dependency with background work (flushes;
+// with expiry-ordered keys and excision instead of deletes, compactions are
+// mostly moves) and a directory instead of one file.
 //
 // # Memory, expiry and reopen
 //
@@ -90,11 +67,9 @@
 // keys and lapsed claims are removed from the index by a cursor that every
 // new claim moves a few slots on and, when the store is idle, every
 // SweepEvery; from the database by the ordered sweep, which follows each
-// write (no extra fsync) and runs on the same tick.
-// "Now" for the sweep is the latest Claim.Now seen, so expiry follows the
-// injected clock, never the wall clock. Reopening 10M live keys took
-// 2.2-2.9 s (2.2-2.6 CPU-seconds) at load 4-7, most of it building the index
-// (see load).
+// write (no extra fsync) and runs on the same tick. "Now" for the sweep is
+// the latest Claim.Now seen, so expiry follows the injected clock, never
+// the wall clock. Reopening is mostly building the index (see load).
 package disk
 
 import (
