@@ -54,7 +54,8 @@ type Config struct {
 	// 3339); empty means the publish time.
 	TimestampAttribute string
 	// ProducerAttribute labels missing-id counts, so the one producer in a
-	// fleet that forgets the key can be found.
+	// fleet that forgets the key can be found, and every outcome
+	// (dedupflow_producer_messages_total), so its share of copies shows.
 	ProducerAttribute string
 	// OutputIDAttribute carries the key on outputs.
 	OutputIDAttribute string

@@ -64,7 +64,8 @@ type Config struct {
 	// TimestampAttribute holds the event time (ms since the epoch or RFC
 	// 3339); empty means the publish time.
 	TimestampAttribute string
-	// ProducerAttribute labels missing-id counts.
+	// ProducerAttribute labels missing-id counts and, per outcome,
+	// dedupflow_producer_messages_total.
 	ProducerAttribute string
 	// Late is what happens, in event time, to a message too late to judge.
 	Late dedup.Late
@@ -210,7 +211,11 @@ func (g *Gate) Pass(ctx context.Context, in *pubsub.Message) (o outcome.Outcome)
 		if !settled { // unwinding from a panic in the work or a callback
 			o = outcome.Retried
 		}
-		g.m.Count(o)
+		if a := g.cfg.ProducerAttribute; a != "" {
+			g.m.CountFrom(o, in.Attributes[a])
+		} else {
+			g.m.Count(o)
+		}
 	}()
 	o = g.pass(ctx, in)
 	settled = true

@@ -80,8 +80,8 @@ func (m *metrics) histograms() []prometheus.Histogram {
 }
 
 var (
-	descHorizon   = prometheus.NewDesc("dedupflow_horizon_keys", "Keys held in the dedup horizon.", nil, nil)
-	descUp        = prometheus.NewDesc("dedupflow_dependency_up",
+	descHorizon = prometheus.NewDesc("dedupflow_horizon_keys", "Keys held in the dedup horizon.", nil, nil)
+	descUp      = prometheus.NewDesc("dedupflow_dependency_up",
 		"1 while the dependency answers; 0 from a failure until it answers again (/readyz is ready while all are 1).", []string{"dependency"}, nil)
 	descWatermark = prometheus.NewDesc("dedupflow_watermark_timestamp_seconds",
 		"Event-time watermark of this process (highest event time seen minus the allowed lateness).", nil, nil)

@@ -1,8 +1,9 @@
 // Package outcome counts what became of the messages a dedup front end
 // received: the outcome counters the pipeline and the consumer library
 // share, and the Prometheus collector that exports them as
-// dedupflow_received_total, dedupflow_messages_total{outcome} and
-// dedupflow_missing_id_total{producer}. Both front ends export the same
+// dedupflow_received_total, dedupflow_messages_total{outcome},
+// dedupflow_missing_id_total{producer} and, when messages are counted with
+// their producer, dedupflow_producer_messages_total{producer,outcome}. Both front ends export the same
 // names, labels and values, so dashboards and alerts work for either.
 package outcome
 
@@ -70,8 +71,15 @@ type Counter struct {
 	lateSuspected atomic.Int64
 	tooLate       atomic.Int64
 
-	producersMu sync.Mutex
-	producers   map[string]*atomic.Int64
+	producersMu sync.RWMutex
+	producers   map[string]*producerCounts
+}
+
+// producerCounts are the counters of one producer label value.
+type producerCounts struct {
+	missing atomic.Int64
+	counted atomic.Bool // outcomes were counted for it (CountFrom)
+	outcome [len(all)]atomic.Int64
 }
 
 // Received counts one message received from the input.
@@ -99,27 +107,53 @@ const MaxProducers = 100
 // OtherProducers labels missing-id counts past MaxProducers values.
 const OtherProducers = "other"
 
+// CountFrom counts one message under its outcome, and under its producer
+// attribute's value ("" when it has none) for
+// dedupflow_producer_messages_total, so each producer's share of copies
+// shows. An unknown outcome is not counted.
+func (c *Counter) CountFrom(o Outcome, producer string) {
+	i := index(o)
+	if i < 0 {
+		return
+	}
+	c.outcome[i].Add(1)
+	p := c.producer(producer)
+	p.counted.Store(true)
+	p.outcome[i].Add(1)
+}
+
 // Missing counts one message without the id attribute, under the value of
 // its producer attribute ("" when it has none).
 func (c *Counter) Missing(producer string) {
 	c.missingID.Add(1)
+	c.producer(producer).missing.Add(1)
+}
+
+// producer returns the counters of a producer label value.
+func (c *Counter) producer(name string) *producerCounts {
+	c.producersMu.RLock()
+	p, ok := c.producers[name]
+	c.producersMu.RUnlock()
+	if ok {
+		return p
+	}
 	c.producersMu.Lock()
-	n, ok := c.producers[producer]
+	defer c.producersMu.Unlock()
+	p, ok = c.producers[name]
 	if !ok && len(c.producers) >= MaxProducers {
 		// The label comes from message attributes: cap it, so a producer
 		// writing a fresh value per message cannot grow /metrics forever.
-		producer = OtherProducers
-		n, ok = c.producers[producer]
+		name = OtherProducers
+		p, ok = c.producers[name]
 	}
 	if !ok {
 		if c.producers == nil {
-			c.producers = make(map[string]*atomic.Int64)
+			c.producers = make(map[string]*producerCounts)
 		}
-		n = new(atomic.Int64)
-		c.producers[producer] = n
+		p = new(producerCounts)
+		c.producers[name] = p
 	}
-	c.producersMu.Unlock()
-	n.Add(1)
+	return p
 }
 
 // Snapshot returns the counters so far.
@@ -158,6 +192,8 @@ var (
 		"Emitted messages whose key the audit filter saw beyond the dedup horizon (marked dedupflow_late_duplicate=probable; also counted as emitted).", nil, nil)
 	descTooLate = prometheus.NewDesc("dedupflow_too_late_total",
 		"Messages too late to judge in event time, passed or dead-lettered by the late policy (also counted under their outcome).", nil, nil)
+	descProducer = prometheus.NewDesc("dedupflow_producer_messages_total",
+		"Received messages by the producer attribute's value and outcome.", []string{"producer", "outcome"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -167,6 +203,7 @@ func (c *Counter) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descMissing
 	ch <- descLateSuspected
 	ch <- descTooLate
+	ch <- descProducer
 }
 
 // Collect implements prometheus.Collector.
@@ -175,11 +212,18 @@ func (c *Counter) Collect(ch chan<- prometheus.Metric) {
 	for i, o := range all {
 		ch <- prometheus.MustNewConstMetric(descMessages, prometheus.CounterValue, float64(c.outcome[i].Load()), string(o))
 	}
-	c.producersMu.Lock()
-	for p, n := range c.producers {
-		ch <- prometheus.MustNewConstMetric(descMissing, prometheus.CounterValue, float64(n.Load()), p)
+	c.producersMu.RLock()
+	for name, p := range c.producers {
+		if n := p.missing.Load(); n > 0 {
+			ch <- prometheus.MustNewConstMetric(descMissing, prometheus.CounterValue, float64(n), name)
+		}
+		if p.counted.Load() {
+			for i, o := range all {
+				ch <- prometheus.MustNewConstMetric(descProducer, prometheus.CounterValue, float64(p.outcome[i].Load()), name, string(o))
+			}
+		}
 	}
-	c.producersMu.Unlock()
+	c.producersMu.RUnlock()
 	ch <- prometheus.MustNewConstMetric(descLateSuspected, prometheus.CounterValue, float64(c.lateSuspected.Load()))
 	ch <- prometheus.MustNewConstMetric(descTooLate, prometheus.CounterValue, float64(c.tooLate.Load()))
 }

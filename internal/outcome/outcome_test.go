@@ -2,6 +2,7 @@ package outcome_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -126,4 +127,66 @@ func TestProducerLabelsCapped(t *testing.T) {
 		return
 	}
 	t.Fatal("no dedupflow_missing_id_total")
+}
+
+// CountFrom counts the outcome as Count does, and under the producer for
+// dedupflow_producer_messages_total, with every outcome exported for each
+// producer seen; producers only counted as missing get no such series, and
+// a producer counted both ways shares one label value.
+func TestCountFrom(t *testing.T) {
+	var c outcome.Counter
+	c.CountFrom(outcome.Emitted, "billing")
+	c.CountFrom(outcome.DuplicateRepublish, "billing")
+	c.CountFrom(outcome.DuplicateRepublish, "billing")
+	c.CountFrom(outcome.Emitted, "")
+	c.CountFrom("no such outcome", "checkout")
+	c.Missing("billing")
+	c.Missing("legacy")
+	if got, want := c.Snapshot(), (outcome.Counts{Emitted: 2, DuplicateRepublish: 2, MissingID: 2}); got != want {
+		t.Errorf("Snapshot() = %+v, want %+v", got, want)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(&c); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += " " + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = m.GetCounter().GetValue()
+		}
+	}
+	for key, want := range map[string]float64{
+		"dedupflow_producer_messages_total outcome=emitted producer=billing":             1,
+		"dedupflow_producer_messages_total outcome=duplicate_republish producer=billing": 2,
+		"dedupflow_producer_messages_total outcome=retried producer=billing":             0,
+		"dedupflow_producer_messages_total outcome=emitted producer=":                    1,
+		"dedupflow_missing_id_total producer=billing":                                    1,
+		"dedupflow_missing_id_total producer=legacy":                                     1,
+	} {
+		if v, ok := got[key]; !ok || v != want {
+			t.Errorf("%s = %v (exported: %v), want %v", key, v, ok, want)
+		}
+	}
+	for key := range got {
+		if strings.Contains(key, "producer=checkout") || strings.Contains(key, "producer_messages_total outcome=emitted producer=legacy") {
+			t.Errorf("unexpected series %s", key)
+		}
+	}
+	n := 0
+	for key := range got {
+		if strings.HasPrefix(key, "dedupflow_producer_messages_total ") || strings.HasPrefix(key, "dedupflow_missing_id_total ") {
+			n++
+		}
+	}
+	if n != 2*6+2 { // billing and "" × 6 outcomes; 2 missing
+		t.Errorf("%d producer series, want 14: %v", n, got)
+	}
 }
