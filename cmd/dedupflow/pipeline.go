@@ -51,6 +51,11 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 	if err := checkResources(ctx, c, cfg); err != nil {
 		return err
 	}
+	sub, removeSub, err := subscriber(ctx, c, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer removeSub()
 	st, closeStore, err := openState(ctx, cfg.state, cfg.dedup, log)
 	if err != nil {
 		return err
@@ -69,7 +74,9 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 		return err
 	}
 	defer closeSink()
-	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: log, Now: time.Now}
+	// The pipeline's lines about a message name its subscription as a field,
+	// as log pipelines expect beside message_id.
+	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: log.With("subscription", sub.String()), Now: time.Now}
 	if cfg.deadLetter.ID != "" {
 		dl := topic.New(c, cfg.deadLetter, pc.WriteTimeout)
 		defer dl.Stop()
@@ -98,11 +105,6 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 		}
 		defer stopMetrics()
 	}
-	sub, removeSub, err := subscriber(ctx, c, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer removeSub()
 	log.Info("pipeline running", "input", sub.String(), "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
 		"id_attribute", pc.Rule.IDAttribute, "horizon", opt.Horizon.String(), "state", cfg.state.spec, "shadow", pc.Shadow)
 	if started != nil {
