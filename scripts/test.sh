@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of dedupflow against real servers: it installs what is missing
-# (Redis, PostgreSQL, Chromium, the official Pub/Sub emulator, gcloud, the Node client),
-# starts each on a free loopback port, exports where they are, then runs
-# go vet and go test -race. Services stop when the script exits.
+# (Redis, PostgreSQL, Chromium, the official Pub/Sub emulator, gcloud, the Node
+# client, buildah and promtool), starts each on a free loopback port, builds the
+# container image, exports where they are, then runs go vet and go test -race.
+# Services stop when the script exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -39,6 +40,8 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v gcloud >/dev/null || need+=(google-cloud-cli)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v node >/dev/null || need+=(nodejs npm)
+command -v buildah >/dev/null || need+=(buildah)
+command -v promtool >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "missing ${need[*]}: install them (as root: apt-get install -y ${need[*]})" >&2
@@ -105,10 +108,29 @@ fi
 # Every server above is running: a test that cannot find one fails, never skips.
 export DEDUPFLOW_REQUIRE_SERVERS=1
 
+# --- the container image ------------------------------------------------------
+# No registry is reachable here, so the Dockerfile's build stage (FROM golang)
+# cannot run: the script that stage runs builds the image's files on this
+# machine, and buildah builds the Dockerfile's final stage over them
+# (ROOTFS=prebuilt), in a container store of its own under $work. The deploy
+# tests run the image's files (a container cannot start here: crun's setrlimit
+# is denied).
+log "container image (./Dockerfile's final stage, buildah)"
+mkdir -p "$work/image" "$work/containers"
+cp Dockerfile "$work/image/"
+deploy/image/rootfs.sh "$work/image/prebuilt"
+printf '[storage]\ndriver = "vfs"\ngraphroot = "%s"\nrunroot = "%s"\n' \
+  "$work/containers/root" "$work/containers/run" >"$work/containers/storage.conf"
+export CONTAINERS_STORAGE_CONF="$work/containers/storage.conf"
+export DEDUPFLOW_IMAGE=localhost/dedupflow:test
+buildah bud --quiet --layers=false --build-arg ROOTFS=prebuilt -t "$DEDUPFLOW_IMAGE" "$work/image" >/dev/null
+
 log "go vet"
 go vet ./...
 log "go test"
 go test -race -count=1 -timeout 40m "$@" ./...
+log "go test: deploy/validate (Kubernetes and compose types, a module of its own)"
+(cd deploy/validate && go vet ./... && go test -count=1 ./...)
 log "go test, without -race: the reference runs that pstest's own data race keeps out of -race"
 go test -count=1 -run '^TestRedeliveryAfterDeadline$' ./broker/
 log "fuzz (brief)"

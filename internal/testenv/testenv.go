@@ -71,3 +71,9 @@ func Tool(t testing.TB, name string) string {
 	}
 	return p
 }
+
+// Image names the container image built from ./Dockerfile (buildah), whose
+// files the deploy tests run.
+func Image(t testing.TB) string {
+	return need(t, "DEDUPFLOW_IMAGE", "the container image built from ./Dockerfile")
+}
