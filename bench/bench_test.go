@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
@@ -57,7 +58,7 @@ func TestPlanIsReproducible(t *testing.T) {
 func TestVerifyOutputs(t *testing.T) {
 	wl := workload{events: 3, keyPrefix: "k"}
 	ok := map[string]int{"k-0": 1, "k-1": 1, "k-2": 1}
-	if err := verifyOutputs(wl, ok, 0); err != nil {
+	if _, err := verifyOutputs(wl, ok, 0, false); err != nil {
 		t.Fatalf("correct outputs rejected: %v", err)
 	}
 	for name, c := range map[string]struct {
@@ -70,9 +71,33 @@ func TestVerifyOutputs(t *testing.T) {
 		"keyless output":   {ok, 1},
 	} {
 		var ce *correctnessError
-		if err := verifyOutputs(wl, c.seen, c.unknown); !errors.As(err, &ce) {
+		if _, err := verifyOutputs(wl, c.seen, c.unknown, false); !errors.As(err, &ce) {
 			t.Errorf("%s: got %v, want a correctness error", name, err)
 		}
+	}
+	// The relay floor is not crash-safe: its copies are counted, but a
+	// lost event still fails.
+	if n, err := verifyOutputs(wl, map[string]int{"k-0": 2, "k-1": 1, "k-2": 3}, 0, true); err != nil || n != 2 {
+		t.Errorf("leaky consumer with 2 keys emitted twice: %d, %v", n, err)
+	}
+	var ce *correctnessError
+	if _, err := verifyOutputs(wl, map[string]int{"k-0": 2, "k-2": 1}, 0, true); !errors.As(err, &ce) {
+		t.Errorf("leaky consumer that lost an event: got %v, want a correctness error", err)
+	}
+}
+
+func TestProcCPUReadsOwnProcess(t *testing.T) {
+	// Burn a little CPU so the reading is above zero ticks.
+	x := 0
+	for i := range 50_000_000 {
+		x += i % 7
+	}
+	d, err := procCPU(os.Getpid())
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	if d <= 0 || x < 0 {
+		t.Fatalf("own CPU time %v after a busy loop", d)
 	}
 }
 

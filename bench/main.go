@@ -54,10 +54,11 @@ type config struct {
 	redeliver float64
 	save      string
 	load      string
+	profile   string
 }
 
 // sections the benchmark can run, in order.
-var sectionNames = []string{"broker", "pipeline", "memory", "redis"}
+var sectionNames = []string{"broker", "pipeline", "replicas", "memory", "redis"}
 
 func parseConfig(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -76,6 +77,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.redis, "redis-server", "redis-server", "redis-server binary")
 	fs.StringVar(&c.save, "save", "", "also save the measurements as JSON here")
 	fs.StringVar(&c.load, "load", "", "measure nothing: draw the report and plots from measurements saved with --save")
+	fs.StringVar(&c.profile, "profile", "", "sample the pipeline section's consumers with Linux perf at 30% copies; perf.data files and summary.txt go in this folder")
 	fs.StringVar(&only, "only", "", "comma-separated sections to run: "+strings.Join(sectionNames, ", ")+" (default all)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -151,6 +153,7 @@ type env struct {
 	bentoVersion   string   // "" when Bento did not run
 	savedArgs      []string // the measuring run's arguments, with --load
 	redisURL       string   // "" when Redis is absent
+	redisPid       int      // its process, for its CPU time
 	rows           []row
 	absent         []string // contenders not measured, and why
 	failures       []string // correctness failures and broken contenders
@@ -261,6 +264,7 @@ func (e *env) measureAll(ctx context.Context) error {
 	}{
 		{"broker", e.benchBroker},
 		{"pipeline", e.benchPipelines},
+		{"replicas", e.benchReplicas},
 		{"memory", e.benchMemory},
 		{"redis", e.benchRedis},
 	}
@@ -301,6 +305,7 @@ func (e *env) startRedis(ctx context.Context) (stop func(), err error) {
 		return nil, err
 	}
 	e.redisURL = "redis://" + addr + "/0"
+	e.redisPid = ch.cmd.Process.Pid
 	e.logf("redis-server on %s", addr)
 	return func() { _ = ch.stop(5 * time.Second) }, nil
 }

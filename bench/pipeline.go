@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ type runEnv struct {
 	outTopic   pubsubio.Name
 	dir        string // scratch space of this run
 	horizon    time.Duration
+	replica    int // which of the run's replicas this process is, from 0
 }
 
 // consumer is one dedup contender run as a child process against the
@@ -35,7 +37,30 @@ type consumer struct {
 	name  string
 	start func(ctx context.Context, env runEnv) (*child, error)
 	// stats, if set, reads the consumer's own counters after it stopped.
-	stats func(c *child) string
+	stats func(c *child) counters
+	// leaky consumers are not crash-safe by design (the relay floor): the
+	// duplicates they let through are counted, not failed.
+	leaky bool
+}
+
+// counters are a consumer's own counts, from its last log line.
+type counters map[string]any
+
+func (c counters) String() string {
+	if c == nil {
+		return ""
+	}
+	if _, ok := c["dropped"]; ok {
+		return fmt.Sprintf("received %v, emitted %v, dropped %v", c["received"], c["emitted"], c["dropped"])
+	}
+	return fmt.Sprintf("received %v, emitted %v, redeliveries %v, republishes %v",
+		c["received"], c["emitted"], c["redeliveries"], c["republishes"])
+}
+
+// received is the messages the consumer says it took in, or 0.
+func (c counters) received() float64 {
+	v, _ := c["received"].(float64)
+	return v
 }
 
 // pipeSample is one measured run.
@@ -45,8 +70,16 @@ type pipeSample struct {
 	elapsed    time.Duration
 	rate       float64 // messagesIn per second
 	emitted    int
+	leaked     int // keys emitted more than once (failed unless the consumer is leaky)
 	stats      string
-	cpuPerMsg  time.Duration // the consumer process's CPU time (user+system) per message in; 0 when unknown
+	cpuPerMsg  time.Duration // the consumer processes' CPU time (user+system) per message in; 0 when unknown
+	procs      []procSample  // one per replica
+}
+
+// procSample is one consumer process of a run.
+type procSample struct {
+	cpu   time.Duration // user+system
+	stats counters
 }
 
 // correctnessError is a leaked duplicate or a lost message: the benchmark
@@ -86,7 +119,12 @@ func (c *collector) unique() (int, time.Time) {
 // from the first delivery to the moment every input message is acked and
 // every event is in the output. A quiet period afterwards catches late
 // duplicates; then every key must have come out exactly once.
-func measurePipeline(ctx context.Context, c consumer, wl workload, dir string, timeout, quiet time.Duration) (pipeSample, error) {
+//
+// replicas processes of the consumer share the input subscription. watch,
+// if set, is called with each process once started (a profiler); what it
+// returns is called before the processes are stopped.
+func measurePipeline(ctx context.Context, c consumer, replicas int, wl workload, dir string, timeout, quiet time.Duration,
+	watch func(*child) (func(), error)) (pipeSample, error) {
 	r, err := startRig()
 	if err != nil {
 		return pipeSample{}, err
@@ -138,11 +176,31 @@ func measurePipeline(ctx context.Context, c consumer, wl workload, dir string, t
 		return nil
 	}
 
-	ch, err := c.start(ctx, env)
-	if err != nil {
-		return pipeSample{}, errors.Join(err, stopCollector())
+	var chs []*child
+	var unwatch []func()
+	defer func() {
+		for _, u := range unwatch {
+			u()
+		}
+		for _, ch := range chs {
+			ch.kill()
+		}
+	}()
+	for i := range replicas {
+		env.replica = i
+		ch, err := c.start(ctx, env)
+		if err != nil {
+			return pipeSample{}, errors.Join(err, stopCollector())
+		}
+		chs = append(chs, ch)
+		if watch != nil {
+			u, err := watch(ch)
+			if err != nil {
+				return pipeSample{}, errors.Join(err, stopCollector())
+			}
+			unwatch = append(unwatch, u)
+		}
 	}
-	defer ch.kill()
 
 	deadline := time.Now().Add(timeout)
 	var first, end time.Time
@@ -156,11 +214,12 @@ func measurePipeline(ctx context.Context, c consumer, wl workload, dir string, t
 			}
 			break
 		}
-		if done, werr := ch.exited(); done {
-			return pipeSample{}, errors.Join(fmt.Errorf("%s exited while running: %v (log: %s)", c.name, werr, ch.tail()), stopCollector())
+		for _, ch := range chs {
+			if done, werr := ch.exited(); done {
+				return pipeSample{}, errors.Join(fmt.Errorf("%s exited while running: %v (log: %s)", ch.name, werr, ch.tail()), stopCollector())
+			}
 		}
 		if time.Now().After(deadline) {
-			ch.kill()
 			return pipeSample{}, errors.Join(&correctnessError{fmt.Sprintf(
 				"%s: after %v, %d of %d input messages acked and %d of %d events in the output (lost or stuck)",
 				c.name, timeout, acked, total, uniq, wl.events)}, stopCollector())
@@ -177,7 +236,17 @@ func measurePipeline(ctx context.Context, c consumer, wl workload, dir string, t
 		return pipeSample{}, errors.Join(ctx.Err(), stopCollector())
 	case <-time.After(quiet):
 	}
-	stopErr := ch.stop(20 * time.Second)
+	for _, u := range unwatch {
+		u()
+	}
+	unwatch = nil
+	errs := make([]error, len(chs))
+	var wg sync.WaitGroup
+	for i, ch := range chs {
+		wg.Go(func() { errs[i] = ch.stop(20 * time.Second) }) // all at once: replicas drain together
+	}
+	wg.Wait()
+	stopErr := errors.Join(errs...)
 	time.Sleep(200 * time.Millisecond) // outputs flushed on shutdown
 	if err := errors.Join(stopErr, stopCollector()); err != nil {
 		return pipeSample{}, err
@@ -189,24 +258,37 @@ func measurePipeline(ctx context.Context, c consumer, wl workload, dir string, t
 	// CPU per message does not depend on what else the machine runs, so
 	// it compares consumers even when the rates are noisy. It includes
 	// start-up and the quiet period, which favours neither side.
-	if ps := ch.cmd.ProcessState; ps != nil {
-		s.cpuPerMsg = (ps.UserTime() + ps.SystemTime()) / time.Duration(s.messagesIn)
+	var cpu time.Duration
+	for _, ch := range chs {
+		var p procSample
+		if ps := ch.cmd.ProcessState; ps != nil {
+			p.cpu = ps.UserTime() + ps.SystemTime()
+		}
+		cpu += p.cpu
+		if c.stats != nil {
+			p.stats = c.stats(ch)
+		}
+		s.procs = append(s.procs, p)
+	}
+	s.cpuPerMsg = cpu / time.Duration(s.messagesIn)
+	if len(s.procs) == 1 {
+		s.stats = s.procs[0].stats.String()
 	}
 	for _, n := range col.seen {
 		s.emitted += n
 	}
-	if c.stats != nil {
-		s.stats = c.stats(ch)
-	}
-	if err := verifyOutputs(wl, col.seen, col.unknown); err != nil {
+	leaked, err := verifyOutputs(wl, col.seen, col.unknown, c.leaky)
+	s.leaked = leaked
+	if err != nil {
 		return s, fmt.Errorf("%s: %w", c.name, err)
 	}
 	return s, nil
 }
 
 // verifyOutputs checks that every event's key came out exactly once and
-// nothing else came out.
-func verifyOutputs(wl workload, seen map[string]int, unknown int) error {
+// nothing else came out. With leaky, keys that came out more than once
+// are only counted.
+func verifyOutputs(wl workload, seen map[string]int, unknown int, leaky bool) (leakedKeys int, err error) {
 	var leaked, lost []string
 	for e := 0; e < wl.events; e++ {
 		switch n := seen[wl.key(e)]; {
@@ -216,11 +298,14 @@ func verifyOutputs(wl workload, seen map[string]int, unknown int) error {
 			leaked = append(leaked, fmt.Sprintf("%s×%d", wl.key(e), n))
 		}
 	}
+	if leaky && len(lost) == 0 && unknown == 0 && len(seen) == wl.events {
+		return len(leaked), nil
+	}
 	if len(leaked) > 0 || len(lost) > 0 || unknown > 0 || len(seen) != wl.events {
-		return &correctnessError{fmt.Sprintf("%d duplicates leaked %v, %d events lost %v, %d outputs without a key, %d distinct keys for %d events",
+		return len(leaked), &correctnessError{fmt.Sprintf("%d duplicates leaked %v, %d events lost %v, %d outputs without a key, %d distinct keys for %d events",
 			len(leaked), firstFew(leaked), len(lost), firstFew(lost), unknown, len(seen), wl.events)}
 	}
-	return nil
+	return 0, nil
 }
 
 func firstFew(s []string) []string {
@@ -235,7 +320,8 @@ func dedupflowConsumer(bin, label string, state func(env runEnv) string) consume
 	return consumer{
 		name: "dedupflow pipeline (" + label + ")",
 		start: func(ctx context.Context, env runEnv) (*child, error) {
-			return startChild("dedupflow-"+label, filepath.Join(env.dir, "dedupflow-"+label+".log"), env.dir,
+			name := fmt.Sprintf("dedupflow-%s-%d", strings.ReplaceAll(label, " ", "-"), env.replica)
+			return startChild(name, filepath.Join(env.dir, name+".log"), env.dir,
 				[]string{"PUBSUB_EMULATOR_HOST=" + env.brokerAddr}, bin, "pipeline",
 				"--project", benchProject, "--input-subscription", env.inSub.ID, "--output-topic", env.outTopic.ID,
 				"--id-attribute", attrKey, "--horizon", env.horizon.String(), "--state", state(env),
@@ -247,10 +333,13 @@ func dedupflowConsumer(bin, label string, state func(env runEnv) string) consume
 
 // dedupflowStats reads the pipeline's own counters from its last log line,
 // to show that it told the two kinds of duplicates apart.
-func dedupflowStats(c *child) string {
+func dedupflowStats(c *child) counters { return lastLogLine(c, "pipeline stopped") }
+
+// lastLogLine is the last JSON line of c's log whose msg is msg, or nil.
+func lastLogLine(c *child, msg string) counters {
 	f, err := os.Open(c.logPath)
 	if err != nil {
-		return ""
+		return nil
 	}
 	defer f.Close()
 	var last map[string]any
@@ -258,15 +347,27 @@ func dedupflowStats(c *child) string {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "pipeline stopped" {
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == msg {
 			last = m
 		}
 	}
-	if last == nil {
-		return ""
+	return last
+}
+
+// relayFloorConsumer runs bench/relayfloor: the least work a dedup relay on
+// the official client can do, the floor the pipeline's CPU is held to.
+// publish is its --publish mode.
+func relayFloorConsumer(bin, name, publish string) consumer {
+	return consumer{
+		name: name,
+		start: func(ctx context.Context, env runEnv) (*child, error) {
+			return startChild("relayfloor", filepath.Join(env.dir, fmt.Sprintf("relayfloor-%s-%d.log", publish, env.replica)), env.dir,
+				[]string{"PUBSUB_EMULATOR_HOST=" + env.brokerAddr}, bin, "--publish", publish,
+				"--project", benchProject, "--subscription", env.inSub.ID, "--topic", env.outTopic.ID, "--key", attrKey)
+		},
+		stats: func(c *child) counters { return lastLogLine(c, "relay stopped") },
+		leaky: true,
 	}
-	return fmt.Sprintf("received %v, emitted %v, redeliveries %v, republishes %v",
-		last["received"], last["emitted"], last["redeliveries"], last["republishes"])
 }
 
 // bentoConsumer runs Bento: gcp_pubsub input -> dedupe (memory cache,

@@ -8,9 +8,12 @@ import (
 	"path/filepath"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // writePlots draws one PNG per section that has rows.
@@ -22,18 +25,29 @@ func (e *env) writePlots(dir string) error {
 		"broker":   "Broker: publish and streaming pull + ack (official Go client)",
 		"pipeline": "Dedup throughput by share of republished copies",
 		"memory":   "Memory per live key",
+		"cpu":      "CPU per message in: dedupflow vs the relay floor",
+		"replicas": "Replicas on a 3-master Redis Cluster (2 cores: cost, not speedup)",
 		"redis":    "Redis: claims of new keys",
 	}
-	for _, s := range sectionNames {
+	for _, st := range sectionsText {
+		s := st.key
 		rows := e.sectionRows(s)
 		if len(rows) == 0 {
 			continue
 		}
 		var p *plot.Plot
 		var err error
-		if s == "pipeline" {
+		switch s {
+		case "pipeline":
 			p, err = e.linePlot(rows)
-		} else {
+		case "replicas":
+			path := filepath.Join(dir, s+".png")
+			if err := e.replicaPlot(rows, titles[s]+" — "+e.machine.short(), path); err != nil {
+				return fmt.Errorf("plot %s: %w", s, err)
+			}
+			e.logf("wrote %s", path)
+			continue
+		default:
 			p, err = barPlot(rows)
 		}
 		if err != nil {
@@ -111,7 +125,11 @@ func (t readableTicks) Ticks(min, max float64) []plot.Tick {
 // barPlot draws grouped bars: one group per row group, one colour per
 // contender, the bars of a group centred on it, each labelled with its
 // median (a bar too small to see, such as pstest's, still shows its number).
-func barPlot(rows []row) (*plot.Plot, error) {
+func barPlot(rows []row) (*plot.Plot, error) { return barPlotIn(rows, 400) }
+
+// barPlotIn is barPlot with span points of bar width in all, for plots
+// narrower than the default.
+func barPlotIn(rows []row, span float64) (*plot.Plot, error) {
 	p := plot.New()
 	var groups, names []string
 	for _, r := range rows {
@@ -132,7 +150,7 @@ func barPlot(rows []row) (*plot.Plot, error) {
 	p.Y.Label.Text = unit + " (median)"
 	p.Y.Tick.Marker = readableTicks{plot.DefaultTicks{}}
 	p.Add(plotter.NewGrid())
-	w := vg.Points(math.Min(60, 400/float64(len(names)*len(groups))))
+	w := vg.Points(math.Min(60, span/float64(len(names)*len(groups))))
 	inLegend := map[string]bool{}
 	for gi, g := range groups {
 		var present []row
@@ -180,4 +198,57 @@ func indexOf(s []string, x string) int {
 		}
 	}
 	return -1
+}
+
+// replicaPlot draws the replica section as three panels side by side:
+// throughput of all replicas, CPU per message (pipelines and Redis), and
+// Redis commands and reads per message, each by replica count.
+func (e *env) replicaPlot(rows []row, title, path string) error {
+	panels := []struct {
+		title string
+		names []string
+	}{
+		{"messages in per second", []string{nameRepAll}},
+		{"CPU per message in (µs)", []string{nameRepCPU, nameRepRedis}},
+		{"Redis, per message in", []string{nameRepCmds, nameRepReads}},
+	}
+	var ps []*plot.Plot
+	for _, pn := range panels {
+		var sel []row
+		for _, r := range rows {
+			if contains(pn.names, r.name) {
+				sel = append(sel, r)
+			}
+		}
+		p, err := barPlotIn(sel, 150)
+		if err != nil {
+			return err
+		}
+		p.Title.Text = pn.title
+		p.Y.Label.Text = ""
+		p.Legend.TextStyle.Font.Size = vg.Points(8)
+		ps = append(ps, p)
+	}
+	const w, h = 30 * vg.Centimeter, 12 * vg.Centimeter
+	img := vgimg.New(w, h)
+	dc := draw.New(img)
+	dc.FillText(draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, vg.Points(12)),
+		Handler: plot.DefaultTextHandler, XAlign: draw.XCenter, YAlign: draw.YTop},
+		vg.Point{X: w / 2, Y: h - vg.Millimeter}, title)
+	tiles := draw.Tiles{Rows: 1, Cols: len(ps), PadTop: 8 * vg.Millimeter, PadX: 6 * vg.Millimeter,
+		PadLeft: 2 * vg.Millimeter, PadRight: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter}
+	grid := [][]*plot.Plot{ps}
+	cs := plot.Align(grid, tiles, dc)
+	for j, p := range ps {
+		p.Draw(cs[0][j])
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	return f.Close()
 }

@@ -85,6 +85,8 @@ func num(v float64) string {
 			b.WriteRune(c)
 		}
 		return b.String()
+	case v != 0 && math.Abs(v) < 1:
+		return strconv.FormatFloat(v, 'f', 3, 64) // per-message counts such as 0.034 reads
 	default:
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
@@ -121,13 +123,35 @@ var sectionsText = []sectionText{
 			"the publish side: an embedded server (in process, memory storage, duplicate window 10 minutes), the same events " +
 			"and copies published asynchronously with `Nats-Msg-Id` = key (redeliveries do not apply), and the stream must " +
 			"hold exactly one message per event. Ratios: this row ÷ the named row."},
-	{"memory", "5. Memory per live key",
+	{"cpu", "5. CPU per message: dedupflow vs the relay floor",
+		"The same runs as sections 2–4, measured in CPU instead of time: each consumer process's user + system CPU " +
+			"(from its exit status; start-up and the quiet period included, which favours neither side) ÷ messages in. " +
+			"The **relay floor** is `bench/relayfloor`, built and run like the pipeline: the least work a dedup relay on " +
+			"the official Go client can do — `Receive`, an in-memory seen-map, `Publish` (batches of up to 1000, as the " +
+			"pipeline's topic sink), `Ack` once the publish is confirmed. It has no claim/commit and is not crash-safe " +
+			"(a key is marked seen before its output is written), so the copies it lets through are counted, not failed; " +
+			"a lost message still fails the run. The Redis store's row counts the pipeline process only; the redis-server " +
+			"row beside it is the bench's own server's CPU (`/proc/PID/stat`) over the same runs. Ratios: this row ÷ the floor. " +
+			"Where a target is missed, `bench/notes.md` says where the profile puts the difference."},
+	{"replicas", "6. Replicas on a Redis Cluster",
+		"1, 2 and 4 `dedupflow pipeline` processes on one subscription of the bench's broker, sharing their horizon in a " +
+			"Redis Cluster of three masters that the bench starts (`redis-server --cluster-enabled yes`, joined by " +
+			"`redis-cli --cluster create … --cluster-replicas 0`; `--state 'redis://…/0?cluster=true&addr=…'`), on the 30% " +
+			"workload with the same correctness check as sections 2–4. Per replica: the messages it received ÷ the run's " +
+			"time, and its CPU ÷ those messages. Per Redis node: its CPU (`/proc/PID/stat`) ÷ messages in. Commands are " +
+			"`INFO` `total_commands_processed` deltas summed over the nodes (the breakdown from `INFO commandstats`); " +
+			"*reads* are `total_reads_processed` deltas, the read events the servers handled: every client pipeline, " +
+			"split by node, arrives in at least one, so it bounds round trips from above (the pipeline does not export " +
+			"its batch count). **On a 2-core machine these numbers show cost, not speedup:** the replicas, the three " +
+			"nodes, the broker and the bench share two cores, so more replicas cannot go faster; what carries over to a " +
+			"real deployment is the cost per message, which `docs/scaling.md` projects."},
+	{"memory", "7. Memory per live key",
 		"`BenchmarkClaimCommit` of `store/mem/bench_test.go`, run by the bench: a steady state with exactly N keys inside " +
 			"the horizon (every insert matched by an expiry), heap measured after GC; the bare map does the same with " +
 			"`map[[16]byte]struct{}`. Redis: keys claimed and committed through `store/redis` (and, for the hand-rolled " +
 			"peer, `SET key value NX PX`), `used_memory` growth ÷ keys. NATS: the figure its documentation gives for a " +
 			"dedup-window entry, not measured here."},
-	{"redis", "6. Redis store vs a hand-rolled go-redis SET NX PX",
+	{"redis", "8. Redis store vs a hand-rolled go-redis SET NX PX",
 		"`BenchmarkClaim` of `store/redis/bench_test.go`, run by the bench against its own redis-server: a claim of a new " +
 			"key through the store from 1000 goroutines, vs `SET NX PX` in go-redis pipelines of 500 (four in flight) and " +
 			"one by one from 1000 goroutines. Ratios: this row ÷ the named row."},
@@ -306,6 +330,7 @@ func (e *env) targets() string {
 		fmt.Fprintf(&b, "| pipeline, 30%% copies: ≥ 2× the peer's messages/s on the same broker (peer: %s) | %s vs %s msg/s = %.2f× | %s |\n",
 			peer, num(mem.median()), num(p.median()), x, verdict(x >= 2))
 	}
+	b.WriteString(e.cpuTargetRows(verdict))
 	if m, ok := e.find("memory", "10M live keys", nameMemStore); ok {
 		fmt.Fprintf(&b, "| memory store: ≤ 32 B per live key at 10M keys | %.1f B | %s |\n", m.median(), verdict(m.median() <= 32))
 	} else {

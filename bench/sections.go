@@ -92,36 +92,33 @@ const (
 	nameBento        = "Bento dedupe (memory cache)"
 	nameBentoBatched = "Bento dedupe, input batches of 500"
 	nameNATS         = "NATS JetStream Nats-Msg-Id (publish side)"
+	nameFloor        = "relay floor (official client, seen-map, not crash-safe)"
+	nameFloorClient  = "relay floor with the client's Publisher"
+	nameRedisServer  = "redis-server, beside the Redis store row"
 )
 
 // benchPipelines measures every dedup contender on the same workloads.
 // The disk and Redis stores run at the 30% ratio only: they answer "what
 // does a durable or shared horizon cost", not how dedup scales with copies.
 func (e *env) benchPipelines(ctx context.Context) error {
-	bin := filepath.Join(e.tmp, "dedupflow")
-	e.logf("building the pipeline: go build -o %s ./cmd/dedupflow", bin)
-	build, err := startChild("go build", filepath.Join(e.tmp, "build.log"), e.root, nil, e.goBin, "build", "-o", bin, "./cmd/dedupflow")
+	bin, err := e.buildPipeline(ctx)
 	if err != nil {
 		return err
 	}
-	select {
-	case <-build.done:
-	case <-ctx.Done():
-		build.kill()
-		return ctx.Err()
+	floorBin, err := e.build(ctx, "relayfloor", "./bench/relayfloor")
+	if err != nil {
+		return err
 	}
-	if build.err != nil {
-		return fmt.Errorf("build the pipeline: %w (log: %s)", build.err, build.tail())
-	}
-	e.dedupflowBin = bin
 
 	type entry struct {
 		c       consumer
 		allDups bool // every ratio, or 30% only
 	}
 	var cs []entry
+	cs = append(cs, entry{relayFloorConsumer(floorBin, nameFloor, "batched"), true},
+		entry{relayFloorConsumer(floorBin, nameFloorClient, "client"), false})
 	cs = append(cs, entry{dedupflowConsumer(bin, "mem store", func(runEnv) string { return "mem" }), true})
-	cs[0].c.name = nameMem
+	cs[2].c.name = nameMem
 	disk := dedupflowConsumer(bin, "disk store", func(env runEnv) string { return "file:" + filepath.Join(env.dir, "state.db") })
 	disk.name = nameDisk
 	cs = append(cs, entry{disk, false})
@@ -143,8 +140,15 @@ func (e *env) benchPipelines(ctx context.Context) error {
 		e.logf("Bento: %s (%s)", e.cfg.bento, e.bentoVersion)
 	}
 
+	var prof *profiler
+	if e.cfg.profile != "" {
+		if prof, err = newProfiler(e.cfg.profile); err != nil {
+			return err
+		}
+	}
 	quiet, values, notes := 2*time.Second, map[[2]string][]float64{}, map[[2]string]string{}
 	cpu := map[[2]string][]float64{} // µs of the consumer's CPU per message in
+	leaks := map[[2]string][]int{}   // keys a leaky consumer emitted twice, per run
 	if e.cfg.quick {
 		quiet = 300 * time.Millisecond
 	}
@@ -164,7 +168,14 @@ func (e *env) benchPipelines(ctx context.Context) error {
 				if err != nil {
 					return fmt.Errorf("make run folder: %w", err)
 				}
-				s, err := measurePipeline(ctx, en.c, wl, dir, timeout, quiet)
+				redisCPU := e.redisCPU()
+				var watch func(*child) (func(), error)
+				profData := ""
+				if prof != nil && ratio == 0.3 && !strings.HasPrefix(en.c.name, "Bento") {
+					profData = prof.file(en.c.name, run)
+					watch = func(ch *child) (func(), error) { return prof.attach(ch, profData) }
+				}
+				s, err := measurePipeline(ctx, en.c, 1, wl, dir, timeout, quiet, watch)
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -173,11 +184,28 @@ func (e *env) benchPipelines(ctx context.Context) error {
 					continue
 				}
 				k := [2]string{group, en.c.name}
+				if profData != "" {
+					prof.record(en.c.name, profData, float64(s.cpuPerMsg.Nanoseconds())/1e3)
+				}
+				if en.c.name == nameRedis && redisCPU != nil {
+					if d, err := redisCPU(); err == nil {
+						rk := [2]string{group, nameRedisServer}
+						cpu[rk] = append(cpu[rk], float64(d.Nanoseconds())/1e3/float64(s.messagesIn))
+					} else {
+						e.logf("redis-server CPU not read: %v", err)
+					}
+				}
+				if en.c.leaky {
+					leaks[k] = append(leaks[k], s.leaked)
+				}
 				values[k] = append(values[k], s.rate)
 				if s.cpuPerMsg > 0 {
 					cpu[k] = append(cpu[k], float64(s.cpuPerMsg.Nanoseconds())/1e3)
 				}
 				notes[k] = cpuNote(cpu[k])
+				if en.c.leaky {
+					notes[k] += fmt.Sprintf("; keys emitted twice (counted, not failed: not crash-safe by design): %v", leaks[k])
+				}
 				if s.stats != "" {
 					notes[k] += "; last run's own counters: " + s.stats
 				}
@@ -206,7 +234,7 @@ func (e *env) benchPipelines(ctx context.Context) error {
 	}
 	for _, ratio := range e.cfg.ratios {
 		group := ratioLabel(ratio)
-		for _, name := range []string{nameMem, nameDisk, nameRedis, nameBento, nameBentoBatched, nameNATS} {
+		for _, name := range []string{nameFloor, nameFloorClient, nameMem, nameDisk, nameRedis, nameBento, nameBentoBatched, nameNATS} {
 			v := values[[2]string{group, name}]
 			if len(v) == 0 {
 				continue
@@ -217,6 +245,8 @@ func (e *env) benchPipelines(ctx context.Context) error {
 			case name == nameNATS:
 				r.count = strings.Split(counts[group], " +")[0] + ", published (no redeliveries on the publish side)"
 				r.peer = nameMem
+			case name == nameFloor || name == nameFloorClient:
+				r.peer = nameMem
 			case r.ours:
 				r.peer = nameBento
 			default:
@@ -224,6 +254,14 @@ func (e *env) benchPipelines(ctx context.Context) error {
 			}
 			e.add(r)
 		}
+		e.addCPURows(group, counts[group], cpu)
+	}
+	if prof != nil {
+		path, err := prof.summarize(ctx)
+		if err != nil {
+			return err
+		}
+		e.logf("profiles and their summary: %s", path)
 	}
 	return nil
 }

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// build compiles a package of this module into the scratch folder.
+func (e *env) build(ctx context.Context, name, pkg string) (string, error) {
+	bin := filepath.Join(e.tmp, name)
+	e.logf("building: go build -o %s %s", bin, pkg)
+	b, err := startChild("go build "+pkg, filepath.Join(e.tmp, "build-"+name+".log"), e.root, nil, e.goBin, "build", "-o", bin, pkg)
+	if err != nil {
+		return "", err
+	}
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		b.kill()
+		return "", ctx.Err()
+	}
+	if b.err != nil {
+		return "", fmt.Errorf("build %s: %w (log: %s)", pkg, b.err, b.tail())
+	}
+	return bin, nil
+}
+
+// buildPipeline builds the dedupflow binary once per bench run.
+func (e *env) buildPipeline(ctx context.Context) (string, error) {
+	if e.dedupflowBin != "" {
+		return e.dedupflowBin, nil
+	}
+	bin, err := e.build(ctx, "dedupflow", "./cmd/dedupflow")
+	if err != nil {
+		return "", err
+	}
+	e.dedupflowBin = bin
+	return bin, nil
+}
+
+// procCPU is a running process's user+system CPU time so far, from
+// /proc/PID/stat (Linux): the bench reads its redis-servers' CPU this way,
+// since they are not its children's children that Wait would account.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read process CPU: %w", err)
+	}
+	// The command name (field 2) may hold spaces: count fields after ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("read process CPU: /proc/%d/stat has no command name", pid)
+	}
+	f := strings.Fields(string(b)[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("read process CPU: /proc/%d/stat has %d fields", pid, len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] { // utime, stime: fields 14 and 15 of stat(5)
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("read process CPU: %w", err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
+// the bench runs on (it is fixed in the kernel's ABI for x86 and arm64).
+const clockTicks = 100
+
+// redisCPU starts counting the bench's redis-server CPU: the returned
+// function gives the CPU spent since. nil without a Redis.
+func (e *env) redisCPU() func() (time.Duration, error) {
+	if e.redisPid == 0 {
+		return nil
+	}
+	pid := e.redisPid
+	before, err := procCPU(pid)
+	if err != nil {
+		return func() (time.Duration, error) { return 0, err }
+	}
+	return func() (time.Duration, error) {
+		after, err := procCPU(pid)
+		return after - before, err
+	}
+}
+
+// addCPURows reports each consumer's CPU per message in, as a ratio to the
+// relay floor's, in the report's CPU section.
+func (e *env) addCPURows(group, count string, cpu map[[2]string][]float64) {
+	for _, name := range []string{nameFloor, nameFloorClient, nameMem, nameDisk, nameRedis, nameRedisServer, nameBento, nameBentoBatched} {
+		v := cpu[[2]string{group, name}]
+		if len(v) == 0 {
+			continue
+		}
+		r := row{section: "cpu", group: group, name: name, ours: strings.HasPrefix(name, "dedupflow"),
+			count: count, unit: "µs CPU/msg", values: v, peer: nameFloor}
+		switch name {
+		case nameFloor:
+			r.peer = ""
+		case nameFloorClient:
+			r.note = "the same relay publishing through pubsub.Publisher instead of the batched Publish RPC"
+		case nameRedis:
+			r.note = "the pipeline process only"
+		case nameRedisServer:
+			r.peer = ""
+			r.count = "the bench's redis-server during the Redis store runs (/proc/PID/stat), per message in"
+		}
+		e.add(r)
+	}
+}
+
+// cpuTargets are the bounds on CPU per message over the relay floor.
+var cpuTargets = []struct {
+	name  string
+	label string
+	max   float64
+}{
+	{nameMem, "memory store", 1.10},
+	{nameDisk, "disk store", 1.20},
+	{nameRedis, "Redis store (pipeline process only)", 1.30},
+}
+
+// cpuTargetRows are the Targets table's lines for CPU per message.
+func (e *env) cpuTargetRows(verdict func(bool) string) string {
+	var b strings.Builder
+	g := ratioLabel(0.3)
+	floor, okF := e.find("cpu", g, nameFloor)
+	for _, t := range cpuTargets {
+		r, ok := e.find("cpu", g, t.name)
+		if !ok || !okF {
+			fmt.Fprintf(&b, "| %s, 30%% copies: CPU per message ≤ %.2f× the relay floor's | not measured | — |\n", t.label, t.max)
+			continue
+		}
+		x := r.median() / floor.median()
+		extra := ""
+		if t.name == nameRedis {
+			if s, ok := e.find("cpu", g, nameRedisServer); ok {
+				extra = fmt.Sprintf("; redis-server beside it: %.1f µs/msg (pipeline + server %.2f×)", s.median(),
+					(r.median()+s.median())/floor.median())
+			}
+		}
+		fmt.Fprintf(&b, "| %s, 30%% copies: CPU per message ≤ %.2f× the relay floor's | %.1f vs %.1f µs/msg = %.2f×%s | %s |\n",
+			t.label, t.max, r.median(), floor.median(), x, extra, verdict(x <= t.max))
+	}
+	return b.String()
+}
