@@ -65,6 +65,7 @@ type Broker struct {
 	subByID   map[uint64]*subscription
 	snaps     map[string]*snapshot
 	snapByID  map[uint64]*snapshot
+	schemas   map[string]*schema
 	nextSeq   uint64 // next message ID
 	nextID    uint64 // next internal topic/subscription ID
 	nextLease uint64
@@ -154,7 +155,7 @@ func New(opts Options) (*Broker, error) {
 	return b, nil
 }
 
-// Register adds the broker's services (Publisher, Subscriber) to s.
+// Register adds the broker's services (Publisher, Subscriber, SchemaService) to s.
 func (b *Broker) Register(s *grpc.Server) {
 	for _, svc := range b.services() {
 		s.RegisterService(svc.desc, svc.impl)
@@ -219,6 +220,7 @@ func (b *Broker) services() []service {
 	return []service{
 		{&pb.Publisher_ServiceDesc, &b.pub},
 		{&pb.Subscriber_ServiceDesc, &b.sub},
+		{&pb.SchemaService_ServiceDesc, &schemaServer{b: b}},
 	}
 }
 

@@ -61,8 +61,18 @@
 // handlers as a client's requests, and refuses one that exists with another
 // configuration, naming the field.
 //
-// Not supported: BigQuery/Cloud Storage subscriptions, schemas; those calls
-// answer Unimplemented.
+// Schemas (schema.go, schemacheck.go): the SchemaService with AVRO
+// (hamba/avro) and PROTOCOL_BUFFER (.proto source compiled by protocompile,
+// checked with dynamicpb) revisions, each parsed once when committed. A
+// topic's schema_settings make Publish check every message against the
+// revisions in range, newest first, outside the broker's lock; a message
+// that matches none fails the request with one line per failing message,
+// and a matching one carries the googclient_schema* attributes. Avro JSON
+// is checked as strictly as Google's emulator does (every field present,
+// unions wrapped), Avro binary by decoding it.
+//
+// Not supported: BigQuery/Cloud Storage subscriptions, ingestion sources;
+// those calls answer Unimplemented.
 //
 // # Push
 //

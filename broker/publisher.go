@@ -42,8 +42,8 @@ func (p *publisherServer) CreateTopic(ctx context.Context, req *pb.Topic) (*pb.T
 	if _, _, err := parseName(req.Name, "topics"); err != nil {
 		return nil, err
 	}
-	if req.SchemaSettings != nil || req.IngestionDataSourceSettings != nil {
-		return nil, status.Error(codes.Unimplemented, "schemas and ingestion sources are not supported by this broker")
+	if req.IngestionDataSourceSettings != nil {
+		return nil, status.Error(codes.Unimplemented, "ingestion sources are not supported by this broker")
 	}
 	if d := req.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {
 		return nil, status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d.AsDuration(), minRetention, maxRetention)
@@ -53,6 +53,10 @@ func (p *publisherServer) CreateTopic(ctx context.Context, req *pb.Topic) (*pb.T
 	if b.topics[req.Name] != nil {
 		b.mu.Unlock()
 		return nil, status.Errorf(codes.AlreadyExists, "topic %s already exists", req.Name)
+	}
+	if err := b.checkSchemaSettingsLocked(req.SchemaSettings); err != nil {
+		b.mu.Unlock()
+		return nil, err
 	}
 	tp := proto.Clone(req).(*pb.Topic)
 	tp.State = pb.Topic_ACTIVE
@@ -101,6 +105,10 @@ func (p *publisherServer) UpdateTopic(ctx context.Context, req *pb.UpdateTopicRe
 	if d := tp.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {
 		b.mu.Unlock()
 		return nil, status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d.AsDuration(), minRetention, maxRetention)
+	}
+	if err := b.checkSchemaSettingsLocked(tp.SchemaSettings); err != nil {
+		b.mu.Unlock()
+		return nil, err
 	}
 	b.putTopicLocked(t.id, tp)
 	out := proto.Clone(tp).(*pb.Topic)
@@ -210,6 +218,9 @@ func (p *publisherServer) Publish(ctx context.Context, req *pb.PublishRequest) (
 	}
 	if total > limits.RequestBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "publish request carries %d bytes, the limit is %d", total, limits.RequestBytes)
+	}
+	if err := p.b.checkSchema(req); err != nil {
+		return nil, err
 	}
 	// Encoded before the lock is taken, so that other requests do not wait
 	// for it.

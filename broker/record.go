@@ -26,6 +26,8 @@ const (
 	recSnap      byte = 10 // snapshot create or update, see appendSnap
 	recSnapDel   byte = 11 // id
 	recSeekSnap  byte = 12 // sub id, snapshot id
+	recSchema    byte = 13 // schema name, all its revisions (see appendSchema)
+	recSchemaDel byte = 14 // schema name
 	maxRecordLen      = 64 << 20
 )
 
@@ -276,6 +278,12 @@ func (b *Broker) applyRecord(p []byte) error {
 		if sn := b.snapByID[r.uvarint()]; sn != nil {
 			b.deleteSnapshotLocked(sn)
 		}
+	case recSchema:
+		if err := b.applySchemaRecord(r); err != nil {
+			return err
+		}
+	case recSchemaDel:
+		delete(b.schemas, r.string())
 	case recSeekSnap:
 		s, sn := b.subByID[r.uvarint()], b.snapByID[r.uvarint()]
 		if s != nil && sn != nil && r.err == nil {
@@ -298,6 +306,9 @@ func (b *Broker) checkpoint(emit func(typ byte, enc func([]byte) []byte) error) 
 	if err := emit(recCounters, func(d []byte) []byte {
 		return binary.AppendUvarint(binary.AppendUvarint(d, b.nextSeq), b.nextID)
 	}); err != nil {
+		return err
+	}
+	if err := b.checkpointSchemas(emit); err != nil {
 		return err
 	}
 	for _, t := range sortedByID(b.topicByID) {

@@ -20,11 +20,13 @@ const (
 	// RequestBytes bounds one publish request.
 	RequestBytes = 10_000_000
 	// RequestMessages bounds the messages of one publish request.
-	RequestMessages     = 1000
-	Attributes          = 100
-	AttributeKeyBytes   = 256
-	AttributeValueBytes = 1024
-	OrderingKeyBytes    = 1024
+	RequestMessages = 1000
+	// SchemaDefinitionBytes bounds the definition of a schema revision.
+	SchemaDefinitionBytes = 300_000
+	Attributes            = 100
+	AttributeKeyBytes     = 256
+	AttributeValueBytes   = 1024
+	OrderingKeyBytes      = 1024
 	// MinIDLen and MaxIDLen bound a topic, subscription, snapshot or
 	// schema ID.
 	MinIDLen = 3

@@ -1,0 +1,282 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"unicode/utf8"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/bufbuild/protocompile"
+	"github.com/hamba/avro/v2"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+)
+
+// validator checks one message's data in the given encoding against a
+// parsed schema revision. Revisions are parsed once, when committed, and
+// validators are safe for concurrent use.
+type validator func(data []byte, enc pb.Encoding) error
+
+// parseSchema parses a schema definition of type typ.
+func parseSchema(typ pb.Schema_Type, def string) (validator, error) {
+	switch typ {
+	case pb.Schema_AVRO:
+		// A cache of its own: hamba's default cache is global, and would let
+		// one schema refer to types that another one defined.
+		s, err := avro.ParseWithCache(def, "", &avro.SchemaCache{})
+		if err != nil {
+			return nil, fmt.Errorf("invalid Avro schema definition: %w", err)
+		}
+		return avroValidator(s), nil
+	case pb.Schema_PROTOCOL_BUFFER:
+		md, err := parseProto(def)
+		if err != nil {
+			return nil, fmt.Errorf("invalid protocol buffer schema definition: %w", err)
+		}
+		return protoValidator(md), nil
+	}
+	return nil, fmt.Errorf("schema type must be AVRO or PROTOCOL_BUFFER, not %v", typ)
+}
+
+// parseProto compiles a .proto definition that, as the service requires,
+// defines exactly one top-level message and imports nothing.
+func parseProto(def string) (protoreflect.MessageDescriptor, error) {
+	const file = "schema.proto"
+	c := protocompile.Compiler{
+		Resolver: &protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(map[string]string{file: def})},
+	}
+	files, err := c.Compile(context.Background(), file)
+	if err != nil {
+		return nil, err
+	}
+	fd := files[0]
+	if fd.Imports().Len() > 0 {
+		return nil, fmt.Errorf("imports are not supported (%s)", fd.Imports().Get(0).Path())
+	}
+	if n := fd.Messages().Len(); n != 1 {
+		return nil, fmt.Errorf("the definition must have exactly one top-level message, it has %d", n)
+	}
+	return fd.Messages().Get(0), nil
+}
+
+func protoValidator(md protoreflect.MessageDescriptor) validator {
+	return func(data []byte, enc pb.Encoding) error {
+		m := dynamicpb.NewMessage(md)
+		var err error
+		if enc == pb.Encoding_JSON {
+			err = protojson.Unmarshal(data, m)
+		} else {
+			err = proto.Unmarshal(data, m)
+		}
+		if err != nil {
+			return fmt.Errorf("not a valid %s %s message: %s", md.FullName(), enc, strings.TrimSpace(strings.TrimPrefix(err.Error(), "proto:")))
+		}
+		return nil
+	}
+}
+
+func avroValidator(s avro.Schema) validator {
+	return func(data []byte, enc pb.Encoding) error {
+		if enc == pb.Encoding_BINARY {
+			// A Reader of its own: avro.Unmarshal takes running out of data
+			// for success, so a truncated message would pass.
+			r := avro.NewReader(nil, 0).Reset(data)
+			var v any
+			r.ReadVal(s, &v)
+			if errors.Is(r.Error, io.EOF) {
+				return errors.New("not valid Avro binary: the data ends inside the value")
+			}
+			if r.Error != nil {
+				return fmt.Errorf("not valid Avro binary: %w", r.Error)
+			}
+			return nil
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return fmt.Errorf("not valid JSON: %w", err)
+		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			return errors.New("not valid JSON: data after the value")
+		}
+		if err := checkAvroJSON(s, v, "$"); err != nil {
+			return fmt.Errorf("not valid Avro JSON: %w", err)
+		}
+		return nil
+	}
+}
+
+// checkAvroJSON checks a decoded JSON value against s in Avro's JSON
+// encoding as Google's emulator does (with Avro's Java JSON decoder):
+// every record field present, even one with a default; fields the record
+// does not have are ignored; a non-null union value wrapped as
+// {"type": value}.
+func checkAvroJSON(s avro.Schema, v any, at string) error {
+	if r, ok := s.(*avro.RefSchema); ok {
+		s = r.Schema()
+	}
+	bad := func(want string) error { return fmt.Errorf("%s: want %s, got %s", at, want, jsonKind(v)) }
+	switch s.Type() {
+	case avro.Null:
+		if v != nil {
+			return bad("null")
+		}
+	case avro.Boolean:
+		if _, ok := v.(bool); !ok {
+			return bad("a boolean")
+		}
+	case avro.Int, avro.Long:
+		// As Avro's Java JSON decoder (the emulator's): a fraction is cut
+		// off, a number out of range is refused.
+		n, ok := v.(json.Number)
+		if !ok {
+			return bad("an integer")
+		}
+		f, err := n.Float64()
+		lo, hi := float64(math.MinInt64), float64(math.MaxInt64)
+		if s.Type() == avro.Int {
+			lo, hi = math.MinInt32, math.MaxInt32
+		}
+		if err != nil || math.Trunc(f) < lo || math.Trunc(f) > hi {
+			return fmt.Errorf("%s: %s is out of the range of an Avro %s", at, n, s.Type())
+		}
+	case avro.Float, avro.Double:
+		if _, ok := v.(json.Number); !ok {
+			return bad("a number")
+		}
+	case avro.String:
+		if _, ok := v.(string); !ok {
+			return bad("a string")
+		}
+	case avro.Bytes, avro.Fixed:
+		str, ok := v.(string)
+		if !ok {
+			return bad("a string of bytes")
+		}
+		n := 0
+		for _, r := range str {
+			if r > 0xff {
+				return fmt.Errorf("%s: character %q is not a byte (Avro JSON writes bytes as code points 0-255)", at, r)
+			}
+			n++
+		}
+		if f, ok := s.(*avro.FixedSchema); ok && n != f.Size() {
+			return fmt.Errorf("%s: %d bytes, the fixed type %s has %d", at, n, f.FullName(), f.Size())
+		}
+	case avro.Enum:
+		str, ok := v.(string)
+		if !ok {
+			return bad("an enum symbol")
+		}
+		e := s.(*avro.EnumSchema)
+		for _, sym := range e.Symbols() {
+			if sym == str {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s: %q is not a symbol of %s", at, str, e.FullName())
+	case avro.Array:
+		list, ok := v.([]any)
+		if !ok {
+			return bad("an array")
+		}
+		for i, x := range list {
+			if err := checkAvroJSON(s.(*avro.ArraySchema).Items(), x, fmt.Sprintf("%s[%d]", at, i)); err != nil {
+				return err
+			}
+		}
+	case avro.Map:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return bad("an object")
+		}
+		for k, x := range m {
+			if err := checkAvroJSON(s.(*avro.MapSchema).Values(), x, at+"."+k); err != nil {
+				return err
+			}
+		}
+	case avro.Record:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return bad("an object")
+		}
+		rs := s.(*avro.RecordSchema)
+		for _, f := range rs.Fields() {
+			x, ok := m[f.Name()]
+			if !ok {
+				return fmt.Errorf("%s: field %q of %s is missing", at, f.Name(), rs.FullName())
+			}
+			if err := checkAvroJSON(f.Type(), x, at+"."+f.Name()); err != nil {
+				return err
+			}
+		}
+	case avro.Union:
+		return checkAvroUnion(s.(*avro.UnionSchema), v, at)
+	default:
+		return fmt.Errorf("%s: Avro type %s is not supported", at, s.Type())
+	}
+	return nil
+}
+
+func checkAvroUnion(u *avro.UnionSchema, v any, at string) error {
+	if v == nil {
+		if u.Nullable() {
+			return nil
+		}
+		return fmt.Errorf("%s: null is not a branch of the union", at)
+	}
+	m, ok := v.(map[string]any)
+	if !ok || len(m) != 1 {
+		return fmt.Errorf(`%s: a union value must be null or {"type": value}, got %s`, at, jsonKind(v))
+	}
+	for name, x := range m {
+		for _, branch := range u.Types() {
+			if unionBranchName(branch) == name {
+				return checkAvroJSON(branch, x, at+"."+name)
+			}
+		}
+		return fmt.Errorf("%s: %q is not a branch of the union", at, name)
+	}
+	return nil
+}
+
+// unionBranchName is how Avro's JSON encoding names a union branch: the
+// full name of a named type, else the type.
+func unionBranchName(s avro.Schema) string {
+	if r, ok := s.(*avro.RefSchema); ok {
+		s = r.Schema()
+	}
+	if n, ok := s.(avro.NamedSchema); ok {
+		return n.FullName()
+	}
+	return string(s.Type())
+}
+
+func jsonKind(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "the number " + x.String()
+	case string:
+		if utf8.RuneCountInString(x) > 20 {
+			return "a string"
+		}
+		return fmt.Sprintf("the string %q", x)
+	case []any:
+		return "an array"
+	default:
+		return "an object"
+	}
+}
