@@ -141,6 +141,7 @@ func New(cfg Config) (*Gate, error) {
 	}
 	g.m = newMetrics(cfg.Work.Name, g.dd.Horizon(), auditHorizon)
 	g.m.horizon = cfg.HorizonKeys
+	g.m.horizonS, g.m.mode, g.m.started = g.dd.Horizon().Seconds(), g.dd.Mode().String(), g.now()
 	if g.dd.Domain() == dedup.EventTime {
 		g.m.watermark = g.dd.Watermark
 	}

@@ -25,10 +25,13 @@ type metrics struct {
 	republishDelay  prometheus.Histogram
 	redeliveryDelay prometheus.Histogram
 	lateDelay       prometheus.Histogram // nil without an audit
-	horizon   func() int // live keys, when the store can tell
-	audit     func() audit.Stats
-	watermark func() (time.Time, bool)
-	deps      []dependency // what Ready is made of, for dedupflow_dependency_up
+	horizon         func() int           // live keys, when the store can tell
+	audit           func() audit.Stats
+	watermark       func() (time.Time, bool)
+	deps            []dependency // what Ready is made of, for dedupflow_dependency_up
+	horizonS        float64      // the horizon, and its mode, for advice
+	mode            string
+	started         time.Time
 }
 
 // dependency is one thing the gate needs to answer, as
@@ -80,8 +83,10 @@ func (m *metrics) histograms() []prometheus.Histogram {
 }
 
 var (
-	descHorizon = prometheus.NewDesc("dedupflow_horizon_keys", "Keys held in the dedup horizon.", nil, nil)
-	descUp      = prometheus.NewDesc("dedupflow_dependency_up",
+	descHorizon  = prometheus.NewDesc("dedupflow_horizon_keys", "Keys held in the dedup horizon.", nil, nil)
+	descHorizonS = prometheus.NewDesc("dedupflow_horizon_seconds", "The dedup horizon in force, labelled fixed or sliding.", []string{"mode"}, nil)
+	descStarted  = prometheus.NewDesc("dedupflow_start_time_seconds", "When this process began deduping (Unix seconds): the basis of horizon advice.", nil, nil)
+	descUp       = prometheus.NewDesc("dedupflow_dependency_up",
 		"1 while the dependency answers; 0 from a failure until it answers again (/readyz is ready while all are 1).", []string{"dependency"}, nil)
 	descWatermark = prometheus.NewDesc("dedupflow_watermark_timestamp_seconds",
 		"Event-time watermark of this process (highest event time seen minus the allowed lateness).", nil, nil)
@@ -96,6 +101,8 @@ var (
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.Counter.Describe(ch)
 	ch <- descHorizon
+	ch <- descHorizonS
+	ch <- descStarted
 	ch <- descUp
 	ch <- descWatermark
 	ch <- descAuditBytes
@@ -113,6 +120,8 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	if m.horizon != nil {
 		ch <- prometheus.MustNewConstMetric(descHorizon, prometheus.GaugeValue, float64(m.horizon()))
 	}
+	ch <- prometheus.MustNewConstMetric(descHorizonS, prometheus.GaugeValue, m.horizonS, m.mode)
+	ch <- prometheus.MustNewConstMetric(descStarted, prometheus.GaugeValue, float64(m.started.UnixNano())/1e9)
 	for _, d := range m.deps {
 		up := 0.0
 		if d.tracker.Ready() {
