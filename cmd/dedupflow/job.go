@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/dedupflow/dedupflow/audit"
@@ -23,9 +25,19 @@ type jobFlags struct {
 	state          string
 	shadow         bool
 	maxOutstanding int
+	maxBytes       int
 	metricsAddr    string
+	push           pushFlags
 	given          map[string]bool // flags set on the command line or from the environment
 }
+
+// pushFlags make the pipeline a push endpoint instead of a puller.
+type pushFlags struct{ addr, path string }
+
+// defaultMaxBytes bounds the payloads held at once per stream, so that the
+// default pipeline stays under about 1 GiB with two streams even when
+// every message is near Pub/Sub's 10 MB.
+const defaultMaxBytes = 400 << 20
 
 // nameFlags name what is read and written.
 type nameFlags struct{ project, inSub, inTopic, outTopic, deadLetter string }
@@ -35,8 +47,8 @@ type keyFlags struct{ idAttr, keyFrom, missing, producerAttr, outIDAttr string }
 
 // timeFlags shape the horizon and its clock.
 type timeFlags struct {
-	horizon, lateness    time.Duration
-	tsAttr, domain, late string
+	horizon, lateness          time.Duration
+	tsAttr, domain, late, mode string
 }
 
 // auditFlags size the audit filter of late duplicates.
@@ -61,6 +73,7 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.producerAttr, "producer-attribute", "", "attribute naming the producer, to label missing-key counts")
 	fs.StringVar(&k.outIDAttr, "output-id-attribute", "", "attribute carrying the key on outputs (default: --id-attribute, or dedupflow_id)")
 	fs.DurationVar(&t.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
+	fs.StringVar(&t.mode, "horizon-mode", "fixed", "fixed (a key lives --horizon from first sight) or sliding (each caught copy keeps its key another --horizon)")
 	fs.StringVar(&k.missing, "missing-id", "fallback", "a message without the id attribute: fallback (to the message ID), reject (dead-letter) or pass")
 	fs.StringVar(&j.state, "state", "mem", "where the horizon lives: mem, file:PATH (survives restarts) or redis://host:port/db (shared by replicas)")
 	fs.StringVar(&s.spec, "sink", "pubsub", "where survivors go: pubsub (the output topic), stdout (JSON lines) or postgres://… (see --table)")
@@ -68,6 +81,9 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.onConflict, "on-conflict", "nothing", "database sink, key already written: nothing (keep the first row) or update (last write wins)")
 	fs.BoolVar(&j.shadow, "shadow", false, "decide and count duplicates but emit every message")
 	fs.IntVar(&j.maxOutstanding, "max-outstanding", 4000, "messages held at once (per stream, the server hands out at most this many unacked; acks go out every 100 ms, so this bounds throughput)")
+	fs.IntVar(&j.maxBytes, "max-outstanding-bytes", defaultMaxBytes, "payload bytes held at once per stream (bounds memory with large messages)")
+	fs.StringVar(&j.push.addr, "input-push", "", "receive a push subscription's POSTs on this address (host:port) instead of pulling")
+	fs.StringVar(&j.push.path, "push-path", "/", "with --input-push: the path Pub/Sub posts to")
 	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&k.keyFrom, "key-from", "attribute", "where the key is: attribute (--id-attribute, else the message ID), json:PATH (a field of a JSON payload) or hash (SHA-256 of the payload)")
 	fs.StringVar(&t.domain, "time-domain", "processing", "clock of the horizon: processing, or event (expires when the watermark passes event time + horizon)")
@@ -94,7 +110,9 @@ type jobConfig struct {
 	state          stateSpec
 	sink           sinkSpec
 	maxOutstanding int
+	maxBytes       int
 	metricsAddr    string
+	push           pushFlags // addr empty: pull
 }
 
 // config checks every flag, before anything connects: a mistake should
@@ -110,7 +128,10 @@ func (j *jobFlags) config() (jobConfig, error) {
 	if j.maxOutstanding < 1 {
 		return c, fmt.Errorf("--max-outstanding %d must be at least 1", j.maxOutstanding)
 	}
-	c.maxOutstanding, c.metricsAddr = j.maxOutstanding, j.metricsAddr
+	if j.maxBytes < 1 {
+		return c, fmt.Errorf("--max-outstanding-bytes %d must be at least 1", j.maxBytes)
+	}
+	c.maxOutstanding, c.maxBytes, c.metricsAddr = j.maxOutstanding, j.maxBytes, j.metricsAddr
 	// A copy of a key this process is writing waits for that write (it
 	// ends within a lease) rather than being nacked and redelivered.
 	c.dedup = dedup.Options{Horizon: j.time.horizon, AllowedLateness: j.time.lateness, LocalWait: dedup.DefaultLease}
@@ -118,6 +139,9 @@ func (j *jobFlags) config() (jobConfig, error) {
 		return c, fmt.Errorf("--horizon %v is below the minimum of %v", j.time.horizon, dedup.MinHorizon)
 	}
 	var err error
+	if c.dedup.Mode, err = dedup.ParseHorizonMode(j.time.mode); err != nil {
+		return c, fmt.Errorf("--horizon-mode: %w", err)
+	}
 	if c.state, err = parseState(j.state, j.time.horizon); err != nil {
 		return c, err
 	}
@@ -133,7 +157,13 @@ func (j *jobFlags) config() (jobConfig, error) {
 func (j *jobFlags) resolveNames(c *jobConfig) error {
 	n := j.names
 	var err error
+	if j.push.addr != "" || j.given["push-path"] {
+		if err := j.checkPush(c); err != nil {
+			return err
+		}
+	}
 	switch {
+	case c.push.addr != "":
 	case n.inSub != "" && n.inTopic != "":
 		return errors.New("give --input-subscription or --input-topic, not both")
 	case n.inSub != "":
@@ -158,11 +188,32 @@ func (j *jobFlags) resolveNames(c *jobConfig) error {
 		if c.out, err = pubsubio.TopicName(n.project, n.outTopic); err != nil {
 			return err
 		}
+		if c.project == "" {
+			c.project = c.out.Project
+		}
 	}
 	if n.deadLetter != "" {
 		c.deadLetter, err = pubsubio.TopicName(n.project, n.deadLetter)
 	}
 	return err
+}
+
+// checkPush checks --input-push and --push-path.
+func (j *jobFlags) checkPush(c *jobConfig) error {
+	p, n := j.push, j.names
+	switch {
+	case p.addr == "":
+		return errors.New("--push-path needs --input-push")
+	case n.inSub != "" || n.inTopic != "":
+		return errors.New("--input-push receives pushes and --input-subscription/--input-topic pull: give one of them")
+	case !strings.HasPrefix(p.path, "/"):
+		return fmt.Errorf("--push-path %q must start with /", p.path)
+	}
+	if _, _, err := net.SplitHostPort(p.addr); err != nil {
+		return fmt.Errorf("--input-push %q: want host:port, e.g. 127.0.0.1:8090 (or :8080 in a container): %w", p.addr, err)
+	}
+	c.push = p
+	return nil
 }
 
 // keyConfig checks where the key comes from and what a missing one does.

@@ -26,6 +26,7 @@ func commands() []command {
 		{"publish", "publish messages, optionally as retried copies", runPublish},
 		{"subscribe", "print the messages of a subscription", runSubscribe},
 		{"loadgen", "publish logical events with duplicates, for tests and benchmarks", runLoadgen},
+		{"advise", "tell how long the horizon has to be, from a running pipeline's metrics", runAdvise},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -51,11 +52,19 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 	if err := checkResources(ctx, c, cfg); err != nil {
 		return err
 	}
-	sub, removeSub, err := subscriber(ctx, c, cfg, log)
-	if err != nil {
-		return err
+	var sub *pubsub.Subscriber // nil: pushes come in instead
+	mlog := log
+	if cfg.push.addr == "" {
+		var removeSub func()
+		var err error
+		if sub, removeSub, err = subscriber(ctx, c, cfg, log); err != nil {
+			return err
+		}
+		defer removeSub()
+		// The pipeline's lines about a message name its subscription as a
+		// field, as log pipelines expect beside message_id.
+		mlog = log.With("subscription", sub.String())
 	}
-	defer removeSub()
 	st, closeStore, err := openState(ctx, cfg.state, cfg.dedup, log)
 	if err != nil {
 		return err
@@ -74,9 +83,7 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 		return err
 	}
 	defer closeSink()
-	// The pipeline's lines about a message name its subscription as a field,
-	// as log pipelines expect beside message_id.
-	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: log.With("subscription", sub.String()), Now: time.Now}
+	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: mlog, Now: time.Now}
 	if cfg.deadLetter.ID != "" {
 		dl := topic.New(c, cfg.deadLetter, pc.WriteTimeout)
 		defer dl.Stop()
@@ -105,17 +112,44 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 		}
 		defer stopMetrics()
 	}
-	log.Info("pipeline running", "input", sub.String(), "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
-		"id_attribute", pc.Rule.IDAttribute, "horizon", opt.Horizon.String(), "state", cfg.state.spec, "shadow", pc.Shadow)
-	if started != nil {
-		started(p)
+	if cfg.push.addr != "" {
+		err = servePush(ctx, p, cfg, log, started)
+	} else {
+		err = pull(ctx, p, sub, cfg, log, started)
 	}
-	err = p.Run(ctx, sub)
 	n := p.Counts()
 	log.Info("pipeline stopped", "received", n.Received, "emitted", n.Emitted,
 		"redeliveries", n.DuplicateRedelivery, "republishes", n.DuplicateRepublish,
 		"dead_lettered", n.DeadLettered, "missing_id", n.MissingID)
 	return err
+}
+
+// pull runs p on the input subscription.
+func pull(ctx context.Context, p *pipeline.Pipeline, sub *pubsub.Subscriber, cfg *jobConfig, log *slog.Logger, started func(*pipeline.Pipeline)) error {
+	log.Info("pipeline running", "input", sub.String(), "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
+		"id_attribute", cfg.pipeline.Rule.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.Mode.String(),
+		"state", cfg.state.spec, "shadow", cfg.pipeline.Shadow)
+	if started != nil {
+		started(p)
+	}
+	return p.Run(ctx, sub)
+}
+
+// servePush runs p as the endpoint of a push subscription.
+func servePush(ctx context.Context, p *pipeline.Pipeline, cfg *jobConfig, log *slog.Logger, started func(*pipeline.Pipeline)) error {
+	ln, err := net.Listen("tcp", cfg.push.addr)
+	if err != nil {
+		return fmt.Errorf("--input-push: %w", err)
+	}
+	endpoint := "http://" + ln.Addr().String() + cfg.push.path
+	log.Info("pipeline running: set the push subscription's endpoint to "+endpoint+" (with an https URL in front of it on Cloud Run)",
+		"endpoint", endpoint, "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
+		"id_attribute", cfg.pipeline.Rule.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.Mode.String(),
+		"state", cfg.state.spec)
+	if started != nil {
+		started(p)
+	}
+	return p.ServePush(ctx, ln, pipeline.PushOptions{Path: cfg.push.path})
 }
 
 // subscriber reads the input: its subscription, or one of our own on its
@@ -138,6 +172,7 @@ func subscriber(ctx context.Context, c *pubsub.Client, cfg *jobConfig, log *slog
 	}
 	sub = c.Subscriber(name.String())
 	sub.ReceiveSettings.MaxOutstandingMessages = cfg.maxOutstanding
+	sub.ReceiveSettings.MaxOutstandingBytes = cfg.maxBytes
 	sub.ReceiveSettings.NumGoroutines = 2
 	return sub, remove, nil
 }

@@ -68,7 +68,7 @@ func (u *upFlags) config() (upConfig, error) {
 	// new messages for redeliveries of old ones.
 	j.state = "mem"
 	j.names.inSub, j.names.outTopic = upPipelineSub, upOutputTopic
-	j.sink.spec, j.key.missing, j.maxOutstanding = sinkPubSub, "fallback", 1000
+	j.sink.spec, j.key.missing, j.maxOutstanding, j.maxBytes = sinkPubSub, "fallback", 1000, defaultMaxBytes
 	cfg, err := j.config()
 	return upConfig{job: cfg, brokerAddr: u.brokerAddr, consoleAddr: u.consoleAddr}, err
 }

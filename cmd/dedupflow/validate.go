@@ -94,7 +94,7 @@ func (a auditFlags) check() error {
 // exist, so a typo in a flag fails at start rather than after "pipeline
 // running" or as an endless "sink unreachable".
 func checkResources(ctx context.Context, c *pubsub.Client, cfg *jobConfig) error {
-	if !cfg.fromTopic {
+	if !cfg.fromTopic && cfg.push.addr == "" {
 		if err := pubsubio.CheckSubscription(ctx, c, cfg.in); err != nil {
 			return err
 		}

@@ -47,6 +47,7 @@ func Run(t *testing.T, open Open) {
 		{"ConcurrentClaimantsOneWins", concurrent},
 		{"ReleaseAfterCommitKeepsDone", releaseAfterCommit},
 		{"ClaimOverExpiredKeyHoldsLease", expiredKeyLease},
+		{"DuplicateTellsExpiry", duplicateExpiry},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, open(t)) })
@@ -97,6 +98,21 @@ func afterCommit(t *testing.T, s dedup.Store) {
 	want(t, claim(t, s, k, "m2", now.Add(time.Second)), dedup.Duplicate, dedup.Republish)
 	// A duplicate leaves the record as it was.
 	want(t, claim(t, s, k, "m1", now.Add(2*time.Second)), dedup.Duplicate, dedup.Redelivery)
+}
+
+// duplicateExpiry: a Duplicate says when its key expires, so the Deduper
+// can tell how long after first sight the copy came. Stores keep expiries
+// to their own resolution (the memory and disk stores to 10 ms, Redis to
+// 1 ms), never earlier than committed.
+func duplicateExpiry(t *testing.T, s dedup.Store) {
+	k, now := key(t), time.Now()
+	want(t, claim(t, s, k, "m1", now), dedup.Proceed, 0)
+	expires := now.Add(time.Minute)
+	commit(t, s, k, "m1", expires)
+	v := claim(t, s, k, "m2", now.Add(time.Second))
+	if v.Status != dedup.Duplicate || v.Expires.Before(expires.Add(-time.Millisecond)) || v.Expires.After(expires.Add(10*time.Millisecond)) {
+		t.Fatalf("duplicate %+v: want Expires %v, to 10 ms", v, expires)
+	}
 }
 
 // pendingSame: the same message again (redelivered to another replica

@@ -8,6 +8,7 @@
 package advice
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -30,7 +31,7 @@ const (
 
 // Advice is the answer, with its basis.
 type Advice struct {
-	Horizon time.Duration `json:"horizon_seconds"`
+	Horizon time.Duration `json:"-"`
 	Mode    string        `json:"mode"` // fixed or sliding
 	// Caught is the republished copies caught within the horizon; Late
 	// those the audit filter recognised after it (0 without an audit).
@@ -39,17 +40,29 @@ type Advice struct {
 	// Audited says whether copies after the horizon can be seen at all.
 	Audited bool `json:"audited"`
 	// Over is how long the process has been measuring.
-	Over time.Duration `json:"over_seconds"`
+	Over time.Duration `json:"-"`
 	// CaughtShare is Caught over Caught+Late.
 	CaughtShare float64 `json:"caught_share"`
 	// Needs is the horizon that would have caught 99% and 99.9% of the
 	// copies seen, to a histogram bucket (rounded up); zero when not
 	// enough copies were seen, or when the share lies past what the audit
 	// remembers.
-	Needs99  time.Duration `json:"needs_99_seconds"`
-	Needs999 time.Duration `json:"needs_999_seconds"`
+	Needs99  time.Duration `json:"-"`
+	Needs999 time.Duration `json:"-"`
 	Enough   bool          `json:"enough_data"`
 	Text     string        `json:"text"`
+}
+
+// MarshalJSON writes the durations as seconds, as the metrics give them.
+func (a Advice) MarshalJSON() ([]byte, error) {
+	type plain Advice // without this method
+	return json.Marshal(struct {
+		plain
+		Horizon  float64 `json:"horizon_seconds"`
+		Over     float64 `json:"over_seconds"`
+		Needs99  float64 `json:"needs_99_seconds"`
+		Needs999 float64 `json:"needs_999_seconds"`
+	}{plain(a), a.Horizon.Seconds(), a.Over.Seconds(), a.Needs99.Seconds(), a.Needs999.Seconds()})
 }
 
 // From computes the advice from gathered or scraped metric families at

@@ -286,6 +286,9 @@ func (o *op) judge(v string) (script bool, err error) {
 		r.Tag = uint32(t)
 	}
 	o.verdict = dedup.Judge(r, o.now, dedup.MsgTag(o.msgID))
+	if o.verdict.Status == dedup.Duplicate {
+		o.verdict.Expires = time.UnixMilli(at)
+	}
 	return o.verdict.Status == dedup.Proceed, nil
 }
 

@@ -25,6 +25,9 @@ func (c *clock) start(ns int64) {
 	}
 }
 
+// unix is the time (Unix ns) at which tick ends.
+func (c *clock) unix(tick uint64) int64 { return c.base + int64(tick)*tickNanos }
+
 // saw moves the sweep's clock to a claim's now.
 func (c *clock) saw(ns int64) {
 	c.start(ns)

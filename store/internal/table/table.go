@@ -6,6 +6,7 @@ package table
 
 import (
 	"math/bits"
+	"time"
 
 	"github.com/dedupflow/dedupflow/dedup"
 )
@@ -85,8 +86,11 @@ func (t *Table) Claim(k dedup.Key, tag uint32, now, leaseUntil int64) dedup.Verd
 		e := &t.slots[i]
 		r := dedup.Record{Until: int64(e.until()), Pending: e.pending(), Tag: e.tag()}
 		v := dedup.Judge(r, int64(at), tag&tagMask)
-		if v.Status == dedup.Proceed { // an expired commit or a lapsed claim: the claim takes the slot
+		switch v.Status {
+		case dedup.Proceed: // an expired commit or a lapsed claim: the claim takes the slot
 			e.meta = claim.meta
+		case dedup.Duplicate:
+			v.Expires = time.Unix(0, t.unix(e.until()))
 		}
 		return v
 	}

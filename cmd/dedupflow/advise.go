@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/dedupflow/dedupflow/internal/advice"
+)
+
+// runAdvise prints horizon advice from a running pipeline's metrics.
+func runAdvise(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var (
+		metrics string
+		asJSON  bool
+	)
+	fs := newFlags("advise", stderr)
+	fs.StringVar(&metrics, "metrics", "http://127.0.0.1:9464/metrics", "the /metrics URL of a running dedupflow pipeline (its --metrics-addr)")
+	fs.BoolVar(&asJSON, "json", false, "print the advice and its basis as JSON")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: dedupflow advise [--metrics URL] [--json]\n\n"+
+			"Tells how long the horizon has to be, from the delays of the republished copies a running pipeline saw.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	u, err := url.Parse(metrics)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--metrics %q: want an http:// URL such as http://127.0.0.1:9464/metrics", metrics)
+	}
+	if u.Path == "" || u.Path == "/" {
+		u.Path = "/metrics"
+	}
+	mfs, err := scrapeFamilies(ctx, u.String())
+	if err != nil {
+		return err
+	}
+	a := advice.From(mfs, time.Now())
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(a)
+	}
+	_, err = fmt.Fprintln(stdout, a.Text)
+	return err
+}
+
+// scrapeFamilies reads the metric families a /metrics URL serves.
+func scrapeFamilies(ctx context.Context, u string) ([]*dto.MetricFamily, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", u, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: not Prometheus text: %w", u, err)
+	}
+	out := make([]*dto.MetricFamily, 0, len(fams))
+	for _, f := range fams {
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// adviceHandler serves /advice: the same advice as JSON, from reg.
+func adviceHandler(reg prometheus.Gatherer) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			http.Error(w, "gather metrics: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(advice.From(mfs, time.Now()))
+	}
+}
