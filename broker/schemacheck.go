@@ -1,19 +1,19 @@
 package broker
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/bufbuild/protocompile"
 	"github.com/hamba/avro/v2"
+	"github.com/tidwall/gjson"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -99,15 +99,12 @@ func avroValidator(s avro.Schema) validator {
 			}
 			return nil
 		}
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return fmt.Errorf("not valid JSON: %w", err)
+		// gjson walks the text in place: decoding into maps and slices
+		// first cost more than the rest of a publish.
+		if !gjson.ValidBytes(data) {
+			return errors.New("not valid JSON")
 		}
-		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-			return errors.New("not valid JSON: data after the value")
-		}
+		v := gjson.ParseBytes(data)
 		if err := checkAvroJSON(s, v, "$"); err != nil {
 			return fmt.Errorf("not valid Avro JSON: %w", err)
 		}
@@ -115,55 +112,52 @@ func avroValidator(s avro.Schema) validator {
 	}
 }
 
-// checkAvroJSON checks a decoded JSON value against s in Avro's JSON
-// encoding as Google's emulator does (with Avro's Java JSON decoder):
-// every record field present, even one with a default; fields the record
-// does not have are ignored; a non-null union value wrapped as
-// {"type": value}.
-func checkAvroJSON(s avro.Schema, v any, at string) error {
+// checkAvroJSON checks a JSON value against s in Avro's JSON encoding as
+// Google's emulator does (with Avro's Java JSON decoder): every record field
+// present, even one with a default; fields the record does not have are
+// ignored; a non-null union value wrapped as {"type": value}.
+func checkAvroJSON(s avro.Schema, v gjson.Result, at string) error {
 	if r, ok := s.(*avro.RefSchema); ok {
 		s = r.Schema()
 	}
 	bad := func(want string) error { return fmt.Errorf("%s: want %s, got %s", at, want, jsonKind(v)) }
 	switch s.Type() {
 	case avro.Null:
-		if v != nil {
+		if v.Type != gjson.Null {
 			return bad("null")
 		}
 	case avro.Boolean:
-		if _, ok := v.(bool); !ok {
+		if !v.IsBool() {
 			return bad("a boolean")
 		}
 	case avro.Int, avro.Long:
-		// As Avro's Java JSON decoder (the emulator's): a fraction is cut
-		// off, a number out of range is refused.
-		n, ok := v.(json.Number)
-		if !ok {
+		// As Avro's Java JSON decoder: a fraction is cut off, a number out
+		// of range is refused.
+		if v.Type != gjson.Number {
 			return bad("an integer")
 		}
-		f, err := n.Float64()
+		f := math.Trunc(v.Num)
 		lo, hi := float64(math.MinInt64), float64(math.MaxInt64)
 		if s.Type() == avro.Int {
 			lo, hi = math.MinInt32, math.MaxInt32
 		}
-		if err != nil || math.Trunc(f) < lo || math.Trunc(f) > hi {
-			return fmt.Errorf("%s: %s is out of the range of an Avro %s", at, n, s.Type())
+		if f < lo || f > hi {
+			return fmt.Errorf("%s: %s is out of the range of an Avro %s", at, v.Raw, s.Type())
 		}
 	case avro.Float, avro.Double:
-		if _, ok := v.(json.Number); !ok {
+		if v.Type != gjson.Number {
 			return bad("a number")
 		}
 	case avro.String:
-		if _, ok := v.(string); !ok {
+		if v.Type != gjson.String {
 			return bad("a string")
 		}
 	case avro.Bytes, avro.Fixed:
-		str, ok := v.(string)
-		if !ok {
+		if v.Type != gjson.String {
 			return bad("a string of bytes")
 		}
 		n := 0
-		for _, r := range str {
+		for _, r := range v.Str {
 			if r > 0xff {
 				return fmt.Errorf("%s: character %q is not a byte (Avro JSON writes bytes as code points 0-255)", at, r)
 			}
@@ -173,46 +167,45 @@ func checkAvroJSON(s avro.Schema, v any, at string) error {
 			return fmt.Errorf("%s: %d bytes, the fixed type %s has %d", at, n, f.FullName(), f.Size())
 		}
 	case avro.Enum:
-		str, ok := v.(string)
-		if !ok {
+		if v.Type != gjson.String {
 			return bad("an enum symbol")
 		}
 		e := s.(*avro.EnumSchema)
-		for _, sym := range e.Symbols() {
-			if sym == str {
-				return nil
-			}
+		if !slices.Contains(e.Symbols(), v.Str) {
+			return fmt.Errorf("%s: %q is not a symbol of %s", at, v.Str, e.FullName())
 		}
-		return fmt.Errorf("%s: %q is not a symbol of %s", at, str, e.FullName())
 	case avro.Array:
-		list, ok := v.([]any)
-		if !ok {
+		if !v.IsArray() {
 			return bad("an array")
 		}
-		for i, x := range list {
-			if err := checkAvroJSON(s.(*avro.ArraySchema).Items(), x, fmt.Sprintf("%s[%d]", at, i)); err != nil {
-				return err
-			}
-		}
+		var err error
+		i := 0
+		v.ForEach(func(_, x gjson.Result) bool {
+			err = checkAvroJSON(s.(*avro.ArraySchema).Items(), x, fmt.Sprintf("%s[%d]", at, i))
+			i++
+			return err == nil
+		})
+		return err
 	case avro.Map:
-		m, ok := v.(map[string]any)
-		if !ok {
+		if !v.IsObject() {
 			return bad("an object")
 		}
-		for k, x := range m {
-			if err := checkAvroJSON(s.(*avro.MapSchema).Values(), x, at+"."+k); err != nil {
-				return err
-			}
-		}
+		var err error
+		v.ForEach(func(k, x gjson.Result) bool {
+			err = checkAvroJSON(s.(*avro.MapSchema).Values(), x, at+"."+k.Str)
+			return err == nil
+		})
+		return err
 	case avro.Record:
-		m, ok := v.(map[string]any)
-		if !ok {
+		if !v.IsObject() {
 			return bad("an object")
 		}
 		rs := s.(*avro.RecordSchema)
 		for _, f := range rs.Fields() {
-			x, ok := m[f.Name()]
-			if !ok {
+			// Avro names are letters, digits and _, none of which gjson
+			// reads as path syntax.
+			x := v.Get(f.Name())
+			if !x.Exists() {
 				return fmt.Errorf("%s: field %q of %s is missing", at, f.Name(), rs.FullName())
 			}
 			if err := checkAvroJSON(f.Type(), x, at+"."+f.Name()); err != nil {
@@ -227,26 +220,27 @@ func checkAvroJSON(s avro.Schema, v any, at string) error {
 	return nil
 }
 
-func checkAvroUnion(u *avro.UnionSchema, v any, at string) error {
-	if v == nil {
+func checkAvroUnion(u *avro.UnionSchema, v gjson.Result, at string) error {
+	if v.Type == gjson.Null {
 		if u.Nullable() {
 			return nil
 		}
 		return fmt.Errorf("%s: null is not a branch of the union", at)
 	}
-	m, ok := v.(map[string]any)
-	if !ok || len(m) != 1 {
+	var name, val gjson.Result
+	n := 0
+	if v.IsObject() {
+		v.ForEach(func(k, x gjson.Result) bool { name, val, n = k, x, n+1; return n < 2 })
+	}
+	if n != 1 {
 		return fmt.Errorf(`%s: a union value must be null or {"type": value}, got %s`, at, jsonKind(v))
 	}
-	for name, x := range m {
-		for _, branch := range u.Types() {
-			if unionBranchName(branch) == name {
-				return checkAvroJSON(branch, x, at+"."+name)
-			}
+	for _, branch := range u.Types() {
+		if unionBranchName(branch) == name.Str {
+			return checkAvroJSON(branch, val, at+"."+name.Str)
 		}
-		return fmt.Errorf("%s: %q is not a branch of the union", at, name)
 	}
-	return nil
+	return fmt.Errorf("%s: %q is not a branch of the union", at, name.Str)
 }
 
 // unionBranchName is how Avro's JSON encoding names a union branch: the
@@ -261,20 +255,20 @@ func unionBranchName(s avro.Schema) string {
 	return string(s.Type())
 }
 
-func jsonKind(v any) string {
-	switch x := v.(type) {
-	case nil:
+func jsonKind(v gjson.Result) string {
+	switch {
+	case v.Type == gjson.Null:
 		return "null"
-	case bool:
+	case v.IsBool():
 		return "a boolean"
-	case json.Number:
-		return "the number " + x.String()
-	case string:
-		if utf8.RuneCountInString(x) > 20 {
+	case v.Type == gjson.Number:
+		return "the number " + v.Raw
+	case v.Type == gjson.String:
+		if utf8.RuneCountInString(v.Str) > 20 {
 			return "a string"
 		}
-		return fmt.Sprintf("the string %q", x)
-	case []any:
+		return fmt.Sprintf("the string %q", v.Str)
+	case v.IsArray():
 		return "an array"
 	default:
 		return "an object"
