@@ -62,6 +62,35 @@ func (e *env) benchBroker(ctx context.Context) error {
 			e.add(r)
 		}
 	}
+	return e.benchSchemas(ctx, n)
+}
+
+// benchSchemas runs BenchmarkSchemaPublish: what checking every message
+// against an Avro schema costs a publish, beside the same topic without one.
+func (e *env) benchSchemas(ctx context.Context, n int) error {
+	lines, err := goBench(ctx, e, "broker-schemas", "./broker", "^BenchmarkSchemaPublish$", "1x", e.cfg.runs,
+		[]string{fmt.Sprintf("BROKER_BENCH_N=%d", n)})
+	if err != nil {
+		return err
+	}
+	const plain = "dedupflow broker, topic without a schema"
+	for _, s := range []struct{ sub, name string }{
+		{"no-schema", plain},
+		{"avro-json", "dedupflow broker, Avro schema, JSON encoding"},
+		{"avro-binary", "dedupflow broker, Avro schema, binary encoding"},
+	} {
+		r := row{section: "broker", group: "publish, schema-checked", name: s.name,
+			ours: true, count: fmt.Sprintf("%s messages of a 5-field record, raw gRPC, 1000 per request", inum(n)), unit: "msg/s",
+			values: metricRuns(lines, "BenchmarkSchemaPublish/"+s.sub, "pub-msg/s")}
+		if s.sub != "no-schema" {
+			r.peer = plain
+		}
+		if len(r.values) == 0 {
+			e.fail(fmt.Errorf("broker: no pub-msg/s result for schema publish %s", s.sub))
+			continue
+		}
+		e.add(r)
+	}
 	return nil
 }
 
