@@ -142,8 +142,8 @@ func servePush(ctx context.Context, p *pipeline.Pipeline, cfg *jobConfig, log *s
 		return fmt.Errorf("--input-push: %w", err)
 	}
 	endpoint := "http://" + ln.Addr().String() + cfg.push.path
-	log.Info("pipeline running: set the push subscription's endpoint to "+endpoint+" (with an https URL in front of it on Cloud Run)",
-		"endpoint", endpoint, "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
+	log.Info("pipeline running", "push_endpoint", endpoint,
+		"configure", "set the push subscription's endpoint to push_endpoint (on Cloud Run: the service's https URL with this path)", "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
 		"id_attribute", cfg.pipeline.Rule.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.Mode.String(),
 		"state", cfg.state.spec)
 	if started != nil {
