@@ -122,3 +122,30 @@ func TestReportCarriesNotes(t *testing.T) {
 		t.Fatal("the report does not carry bench/notes.md under Component measurements")
 	}
 }
+
+// A partial run keeps the earlier rows it did not measure again, names
+// their run, and takes no ratio across runs.
+func TestSettleKeepsEarlierRows(t *testing.T) {
+	e := &env{machine: machine{cpu: "now", cores: 2, goVer: "go"}}
+	e.earlier = []earlier{{Date: "old", Machine: machineJSON{"then", 2, "go"}}, {Date: "older", Machine: machineJSON{"gone", 2, "go"}}}
+	e.kept = []row{
+		{section: "pipeline", group: "0% copies", name: nameMem, values: []float64{1}, from: 1},
+		{section: "pipeline", group: "30% copies", name: nameMem, values: []float64{2}, from: 1},
+		{section: "pipeline", group: "30% copies", name: nameBento, values: []float64{3}, from: 1},
+		{section: "memory", group: "x", name: "only in the oldest", values: []float64{4}, from: 2},
+	}
+	e.rows = []row{{section: "pipeline", group: "30% copies", name: nameMem, peer: nameBento, values: []float64{5}}}
+	e.settle()
+	var got []string
+	for _, r := range e.rows {
+		got = append(got, r.group+"/"+r.name+"/"+e.machineOf(r))
+	}
+	want := []string{"0% copies/" + nameMem + "/then ×2, go, run A", "30% copies/" + nameMem + "/now ×2, go, this run",
+		"30% copies/" + nameBento + "/then ×2, go, run A", "x/only in the oldest/gone ×2, go, run B"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("rows after settle:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if r, _ := e.find("pipeline", "30% copies", nameMem); !strings.Contains(e.ratio(r), "measured in another run") {
+		t.Errorf("ratio across runs: %q", e.ratio(r))
+	}
+}

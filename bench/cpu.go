@@ -135,7 +135,7 @@ func (e *env) cpuTargetRows(verdict func(bool) string) string {
 	floor, okF := e.find("cpu", g, nameFloor)
 	for _, t := range cpuTargets {
 		r, ok := e.find("cpu", g, t.name)
-		if !ok || !okF {
+		if !ok || !okF || r.from != floor.from {
 			fmt.Fprintf(&b, "| %s, 30%% copies: CPU per message ≤ %.2f× the relay floor's | not measured | — |\n", t.label, t.max)
 			continue
 		}

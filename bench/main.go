@@ -155,8 +155,10 @@ type env struct {
 	redisURL       string   // "" when Redis is absent
 	redisPid       int      // its process, for its CPU time
 	rows           []row
-	absent         []string // contenders not measured, and why
-	failures       []string // correctness failures and broken contenders
+	earlier        []earlier // runs whose rows a partial run keeps (row.from indexes them from 1)
+	kept           []row     // their rows, until settle
+	absent         []string  // contenders not measured, and why
+	failures       []string  // correctness failures and broken contenders
 }
 
 func (e *env) logf(format string, a ...any) { fmt.Fprintf(e.stderr, "bench: "+format+"\n", a...) }
@@ -201,13 +203,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer os.RemoveAll(e.tmp)
+	if err := e.mergeEarlier(); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
 	if err := e.measureAll(ctx); err != nil {
 		fmt.Fprintln(stderr, "bench:", err)
 		return 1
 	}
 	e.loadAfter = loadAverage()
-	if cfg.save != "" {
-		if err := e.save(cfg.save); err != nil {
+	e.settle()
+	for _, path := range []string{cfg.save, cfg.resultsPath()} {
+		if path == "" {
+			continue
+		}
+		if err := e.save(path); err != nil {
 			fmt.Fprintln(stderr, "bench:", err)
 			return 1
 		}

@@ -176,6 +176,7 @@ func (p *profiler) selfShares(ctx context.Context, data string) (map[string]floa
 // relay floor, largest first.
 func (p *profiler) summarize(ctx context.Context) (string, error) {
 	type prof struct {
+		runs    int
 		cpu     float64
 		buckets map[string]float64 // µs per message
 		syms    map[string]float64
@@ -184,20 +185,28 @@ func (p *profiler) summarize(ctx context.Context) (string, error) {
 	for name, runs := range p.runs {
 		pr := prof{buckets: map[string]float64{}, syms: map[string]float64{}}
 		var cpus []float64
+		var shares []map[string]float64
+		var symShares []map[string]float64
 		for _, r := range runs {
 			b, s, err := p.selfShares(ctx, r.data)
-			if err != nil {
-				return "", err
+			if err != nil || len(b) == 0 {
+				continue // perf wrote no samples for this run (it happens when the child ends first)
 			}
-			for k, v := range b {
-				pr.buckets[k] += v / float64(len(runs))
-			}
-			for k, v := range s {
-				pr.syms[k] += v / float64(len(runs))
-			}
+			shares, symShares = append(shares, b), append(symShares, s)
 			cpus = append(cpus, r.cpuPerMsg)
 		}
-		pr.cpu = row{values: cpus}.median()
+		if len(cpus) == 0 {
+			continue
+		}
+		for i := range shares {
+			for k, v := range shares[i] {
+				pr.buckets[k] += v / float64(len(shares))
+			}
+			for k, v := range symShares[i] {
+				pr.syms[k] += v / float64(len(shares))
+			}
+		}
+		pr.cpu, pr.runs = row{values: cpus}.median(), len(cpus)
 		for k := range pr.buckets {
 			pr.buckets[k] *= pr.cpu
 		}
@@ -215,7 +224,7 @@ func (p *profiler) summarize(ctx context.Context) (string, error) {
 	floor, hasFloor := profs[nameFloor]
 	for _, n := range names {
 		pr := profs[n]
-		fmt.Fprintf(&b, "== %s: %.1f µs CPU per message in (median of %d runs)\n", n, pr.cpu, len(p.runs[n]))
+		fmt.Fprintf(&b, "== %s: %.1f µs CPU per message in (median of the %d profiled runs)\n", n, pr.cpu, pr.runs)
 		type kv struct {
 			k string
 			v float64

@@ -24,6 +24,7 @@ type row struct {
 	values  []float64
 	fixed   string // a documented figure shown instead of measurements
 	note    string
+	from    int // 0: this run; i: earlier run i (env.earlier[i-1]), kept by a partial run
 }
 
 func (r row) median() float64 {
@@ -62,6 +63,9 @@ func (e *env) ratio(r row) string {
 	p, ok := e.find(r.section, r.group, r.peer)
 	if !ok || len(p.values) == 0 || p.median() == 0 {
 		return "— (" + r.peer + " not measured)"
+	}
+	if p.from != r.from {
+		return "— (" + r.peer + " measured in another run)"
 	}
 	x := r.median() / p.median()
 	if x < 0.1 {
@@ -200,6 +204,7 @@ func (e *env) markdown() string {
 	w("Produced by `go run ./bench %s` on %s. Every number is the median of %d runs unless a row says otherwise; "+
 		"every contender ran in the same invocation, interleaved run by run.\n\n",
 		strings.Join(args, " "), e.date, e.cfg.runs)
+	w("%s", e.earlierText())
 	w("**Machine:** %s.  \n", e.machine)
 	w("**Load:** before the run `%s`; after it `%s`. ", e.loadBefore, e.loadAfter)
 	w("The machine is shared with other engineers' test runs, so absolute numbers are noisy; the ratios between " +
@@ -248,7 +253,7 @@ func (e *env) markdown() string {
 			if r.note != "" {
 				cnt += "; " + r.note
 			}
-			w("| %s | %s | %s | %s | %s | %s | %s |\n", name, r.group, cnt, med, strings.Join(runs, " / "), e.ratio(r), e.machine.short())
+			w("| %s | %s | %s | %s | %s | %s | %s |\n", name, r.group, cnt, med, strings.Join(runs, " / "), e.ratio(r), e.machineOf(r))
 		}
 		if p := e.plotRef(s.key); p != "" {
 			w("\n![%s](%s)\n", s.title, p)
@@ -298,6 +303,24 @@ func benchArgs(c config) []string {
 	if c.quick {
 		a = append(a, "--quick")
 	}
+	var only []string
+	for _, s := range sectionNames {
+		if c.only[s] {
+			only = append(only, s)
+		}
+	}
+	if len(only) > 0 {
+		a = append(a, "--only", strings.Join(only, ","))
+	}
+	if len(c.ratios) > 0 && !c.quick {
+		rs := make([]string, len(c.ratios))
+		for i, r := range c.ratios {
+			rs[i] = strconv.FormatFloat(r, 'g', -1, 64)
+		}
+		if j := strings.Join(rs, ","); j != "0,0.1,0.3,0.6" {
+			a = append(a, "--ratios", j)
+		}
+	}
 	a = append(a, "--runs", strconv.Itoa(c.runs), "--events", strconv.Itoa(c.events))
 	if c.bento != "" {
 		a = append(a, "--bento", c.bento)
@@ -322,8 +345,8 @@ func (e *env) targets() string {
 	mem, okM := e.find("pipeline", g, nameMem)
 	for _, peer := range []string{nameBento, nameBentoBatched} {
 		p, okP := e.find("pipeline", g, peer)
-		if !okM || !okP || len(p.values) == 0 || len(mem.values) == 0 {
-			fmt.Fprintf(&b, "| pipeline, 30%% copies: ≥ 2× the peer's messages/s on the same broker (peer: %s) | not measured | — |\n", peer)
+		if !okM || !okP || len(p.values) == 0 || len(mem.values) == 0 || p.from != mem.from {
+			fmt.Fprintf(&b, "| pipeline, 30%% copies: ≥ 2× the peer's messages/s on the same broker (peer: %s) | not measured in one run | — |\n", peer)
 			continue
 		}
 		x := mem.median() / p.median()

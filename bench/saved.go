@@ -20,6 +20,8 @@ type saved struct {
 	Rows         []rowJSON   `json:"rows"`
 	Absent       []string    `json:"absent,omitempty"`
 	Failures     []string    `json:"failures,omitempty"`
+	// Earlier are the runs whose rows this report kept (rows' From).
+	Earlier []earlier `json:"earlier,omitempty"`
 }
 
 type machineJSON struct {
@@ -39,14 +41,18 @@ type rowJSON struct {
 	Values  []float64 `json:"values"`
 	Fixed   string    `json:"fixed,omitempty"`
 	Note    string    `json:"note,omitempty"`
+	From    int       `json:"from,omitempty"`
 }
 
 func (e *env) save(path string) error {
 	s := saved{Machine: machineJSON{e.machine.cpu, e.machine.cores, e.machine.goVer}, LoadBefore: e.loadBefore,
 		LoadAfter: e.loadAfter, Date: e.date, BentoVersion: e.bentoVersion, BentoPath: e.cfg.bento, Args: benchArgs(e.cfg), Runs: e.cfg.runs,
-		Absent: e.absent, Failures: e.failures}
+		Absent: e.absent, Failures: e.failures, Earlier: e.earlier}
+	if e.savedArgs != nil {
+		s.Args = e.savedArgs
+	}
 	for _, r := range e.rows {
-		s.Rows = append(s.Rows, rowJSON{r.section, r.group, r.name, r.ours, r.peer, r.count, r.unit, r.values, r.fixed, r.note})
+		s.Rows = append(s.Rows, rowJSON{r.section, r.group, r.name, r.ours, r.peer, r.count, r.unit, r.values, r.fixed, r.note, r.from})
 	}
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
@@ -75,9 +81,9 @@ func (e *env) load(path string) error {
 	if s.BentoPath != "" {
 		e.cfg.bento = s.BentoPath
 	}
-	e.rows = nil
+	e.rows, e.earlier = nil, s.Earlier
 	for _, r := range s.Rows {
-		e.rows = append(e.rows, row{r.Section, r.Group, r.Name, r.Ours, r.Peer, r.Count, r.Unit, r.Values, r.Fixed, r.Note})
+		e.rows = append(e.rows, row{r.Section, r.Group, r.Name, r.Ours, r.Peer, r.Count, r.Unit, r.Values, r.Fixed, r.Note, r.From})
 	}
 	return nil
 }
