@@ -81,7 +81,9 @@
 // pull) is delivered by a pusher of its own: a goroutine that leases what
 // the push window allows and starts a worker per outstanding message, or
 // per ordering key's batch on an ordered subscription, so that a key's
-// messages reach the endpoint one at a time, in order (push.go). The
+// messages reach the endpoint one at a time, in order (push.go); there a
+// message's ack deadline runs from its own request, and after a failure
+// the rest of the batch goes back unsent, its attempts not counted. The
 // request is the service's: a POST of the wrapped JSON body, with the
 // fields in the order the service documents them
 //

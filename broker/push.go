@@ -112,11 +112,15 @@ const (
 	pushSkipped            // not sent: an earlier message of its ordering key failed
 )
 
-// pushJob is one leased message on its way to the endpoint.
+// pushJob is one leased message on its way to the endpoint. Its lease's
+// deadline, and the request's, run from when its request starts (begin):
+// on an ordered subscription it may first wait for the messages of its key
+// before it.
 type pushJob struct {
-	d      delivery
-	ctx    context.Context
-	cancel context.CancelFunc
+	d        delivery
+	deadline time.Duration
+	ctx      context.Context
+	cancel   context.CancelFunc
 }
 
 // pushTarget is what a request needs from the subscription, read under b.mu.
@@ -173,9 +177,8 @@ func (p *pusher) run() {
 			ds = b.deliverLocked(s, room, limits.RequestBytes, deadline, nil, ds[:0])
 			jobs = make([]pushJob, len(ds))
 			for i, d := range ds {
-				ctx, cancel := context.WithTimeout(b.pushCtx, deadline)
-				s.leases[d.ackID].cancel = cancel
-				jobs[i] = pushJob{d: d, ctx: ctx, cancel: cancel}
+				b.timers.remove(s.leases[d.ackID]) // until begin
+				jobs[i] = pushJob{d: d, deadline: deadline}
 			}
 			clear(ds)
 			p.inFlight += len(jobs)
@@ -250,28 +253,46 @@ func (p *pusher) dispatch(tg pushTarget, jobs []pushJob, ordered bool) {
 }
 
 // work pushes jobs in order. After a failure the rest are not sent but
-// returned, so that an ordering key's messages are redelivered in order.
+// given back, so that an ordering key's messages are redelivered in order.
 func (p *pusher) work(tg pushTarget, jobs []pushJob) {
 	defer p.workers.Done()
 	failed := false
 	for _, j := range jobs {
 		r := pushSkipped
-		if !failed {
+		if !failed && p.begin(&j) {
 			r = pushFailed
 			if p.send(j, tg) {
 				r = pushAcked
 			}
+			j.cancel()
 		}
-		p.resolve(j, r == pushAcked)
-		j.cancel()
+		p.resolve(j, r)
 		p.results <- r
 		failed = failed || r != pushAcked
 	}
 }
 
+// begin starts j's request: the lease's deadline runs from now, and ending
+// the lease (its deadline, a seek, a delete) cancels the request. It
+// reports false when the lease has ended already.
+func (p *pusher) begin(j *pushJob) bool {
+	b := p.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := p.s.leases[j.d.ackID]
+	if l == nil || l.backoff {
+		return false
+	}
+	j.ctx, j.cancel = context.WithTimeout(b.pushCtx, j.deadline)
+	l.cancel = j.cancel
+	l.at = b.nowNanos() + int64(j.deadline)
+	b.timers.push(l)
+	return true
+}
+
 // resolve acks or nacks the job's lease, unless it ended meanwhile (its
 // deadline passed, or the subscription was deleted or reset by a seek).
-func (p *pusher) resolve(j pushJob, ok bool) {
+func (p *pusher) resolve(j pushJob, r pushResult) {
 	b, s := p.b, p.s
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -280,11 +301,11 @@ func (p *pusher) resolve(j pushJob, ok bool) {
 		return
 	}
 	switch {
-	case ok:
+	case r == pushAcked:
 		b.ackLeaseLocked(l)
-	case b.pushCtx.Err() != nil:
-		// The broker shuts down: the message goes back as it was, the
-		// interrupted attempt not counted against its dead-letter policy.
+	case r == pushSkipped || b.pushCtx.Err() != nil:
+		// Not sent, or interrupted by the shutdown: the message goes back
+		// as it was, the attempt not counted against its dead-letter policy.
 		b.endLeaseLocked(l)
 		l.it.attempts--
 		b.requeueLocked(s, l.it)

@@ -376,3 +376,84 @@ func allAcked(acked map[string][]string, n int) bool {
 	}
 	return true
 }
+
+// TestPushOrderedDeadlines: on an ordered subscription a message waiting
+// for the earlier ones of its key is not timed out meanwhile; its ack
+// deadline runs from its own request. Each push here takes 9 of the 10
+// seconds, so a deadline counted from the first request would expire the
+// third message and show as a second delivery attempt. Ours only: the
+// test moves our clock.
+func TestPushOrderedDeadlines(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	got := make(chan pushBody, 10)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req pushBody
+		if err := json.Unmarshal(body, &req); err != nil {
+			t.Errorf("body %q: %v", body, err)
+		}
+		got <- req
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // before Close, which waits for the handler
+	topic, dl := createTopic(t, c), createTopic(t, c)
+	createSub(t, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, AckDeadlineSeconds: 10,
+		PushConfig:       &pb.PushConfig{PushEndpoint: srv.URL},
+		DeadLetterPolicy: &pb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: 5}})
+	publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("0"), OrderingKey: "k"},
+		&pb.PubsubMessage{Data: []byte("1"), OrderingKey: "k"}, &pb.PubsubMessage{Data: []byte("2"), OrderingKey: "k"})
+	for i := range 3 {
+		var req pushBody
+		select {
+		case req = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("push %d did not come", i)
+		}
+		if string(req.Message.Data) != strconv.Itoa(i) || req.DeliveryAttempt != 1 {
+			t.Errorf("push %d: message %q, attempt %d; want message %d, attempt 1", i, req.Message.Data, req.DeliveryAttempt, i)
+		}
+		tg.sleep(9 * time.Second)
+		release <- struct{}{}
+	}
+}
+
+// TestPushOrderedDeadLetter: a message that keeps failing is dead-lettered
+// after its attempts; the later message of its key, held back meanwhile,
+// is then pushed, its attempts not used up by the waiting. Ours only: the
+// emulator did not dead-letter an ordered push message within a minute.
+func TestPushOrderedDeadLetter(t *testing.T) {
+	forEachTargetWith(t, realClock, nil, func(t *testing.T, tg target) {
+		c := newClient(t, tg.addr)
+		e := newEndpoint(t, func(_ int, p pushed) int {
+			var req pushBody
+			if json.Unmarshal(p.body, &req) == nil && string(req.Message.Data) == "poison" {
+				return http.StatusInternalServerError
+			}
+			return http.StatusOK
+		})
+		topic, dl := createTopic(t, c), createTopic(t, c)
+		dlSub := pushSub(t, tg, c, &pb.Subscription{Topic: dl})
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, PushConfig: &pb.PushConfig{PushEndpoint: e.URL},
+			DeadLetterPolicy: &pb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: 5}})
+		publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("poison"), OrderingKey: "k"}, &pb.PubsubMessage{Data: []byte("fine"), OrderingKey: "k"})
+		if m := pullOne(t, c, dlSub.Name, 60*time.Second); string(m.Message.Data) != "poison" {
+			t.Errorf("dead-lettered %q, want the poison message", m.Message.Data)
+		}
+		for {
+			req := decodeWrapped(t, e.next(t, 30*time.Second))
+			if string(req.Message.Data) == "poison" {
+				continue
+			}
+			if string(req.Message.Data) != "fine" || (tg.ours != nil && req.DeliveryAttempt != 1) {
+				t.Errorf("after the dead letter: %q, attempt %d; want the next message, attempt 1", req.Message.Data, req.DeliveryAttempt)
+			}
+			return
+		}
+	})
+}
