@@ -52,7 +52,7 @@ func (b *Broker) putSubLocked(id uint64, t *topic, firstSeq uint64, sp *pb.Subsc
 		s = &subscription{id: id, firstSeq: firstSeq, keys: map[string]*keyState{},
 			leases: map[uint64]*lease{}, waiters: map[chan struct{}]struct{}{}}
 		if b.replaying {
-			s.replay = map[uint64]*message{}
+			s.replay = &replaySet{}
 		}
 		b.subByID[id] = s
 	}

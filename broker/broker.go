@@ -121,6 +121,10 @@ func New(opts Options) (*Broker, error) {
 		pushClient: newPushClient(),
 	}
 	b.pub.b, b.sub.b = b, b
+	// Ack IDs count on from the start time, so that an ack a client still
+	// sends from before a restart cannot name a lease of this run (a
+	// counter from 0 would ack whatever message got that number now).
+	b.nextLease = uint64(max(opts.Now().UnixNano(), 0))
 	b.pushCtx, b.pushStop = context.WithCancel(context.Background())
 	if opts.DataDir != "" {
 		b.mu.Lock()

@@ -119,7 +119,7 @@ func TestRestartKeepsState(t *testing.T) {
 }
 
 // buildBrokerd builds the broker process the crash tests kill.
-func buildBrokerd(t *testing.T) string {
+func buildBrokerd(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "brokerd")
 	if out, err := exec.Command("go", "build", "-o", bin, "./internal/brokerd").CombinedOutput(); err != nil {
@@ -128,10 +128,11 @@ func buildBrokerd(t *testing.T) string {
 	return bin
 }
 
-// startBrokerd starts it on dir and returns it with its address.
-func startBrokerd(t *testing.T, bin, dir string) (*exec.Cmd, string) {
+// startBrokerd starts it on dir (and its other flags) and returns it with
+// its address.
+func startBrokerd(t testing.TB, bin, dir string, flags ...string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(bin, "--data-dir", dir)
+	cmd := exec.Command(bin, append([]string{"--data-dir", dir}, flags...)...)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -297,7 +297,7 @@ func (b *Broker) resetSubLocked(s *subscription) []*message {
 	s.keys = map[string]*keyState{}
 	s.held = 0
 	if s.replay != nil {
-		s.replay = map[uint64]*message{}
+		s.replay = &replaySet{}
 	}
 	return held
 }

@@ -23,6 +23,13 @@ func (d *deque[T]) grow() {
 	d.buf, d.head = nb, 0
 }
 
+// reserve makes room for n more elements at once.
+func (d *deque[T]) reserve(n int) {
+	for len(d.buf)-d.n < n {
+		d.grow()
+	}
+}
+
 func (d *deque[T]) pushBack(v T) {
 	if d.n == len(d.buf) {
 		d.grow()

@@ -7,6 +7,7 @@ import (
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/limits"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -173,6 +174,9 @@ func (r *reader) bytes() []byte {
 
 func (r *reader) string() string { return string(r.bytes()) }
 
+// message decodes what appendMessage wrote. The attributes are read twice,
+// once to size the body and once to encode it, so that building the body
+// allocates only the body itself.
 func (r *reader) message() *message {
 	m := &message{seq: r.uvarint(), topic: r.uvarint(), publish: r.varint()}
 	m.key = r.string()
@@ -182,19 +186,28 @@ func (r *reader) message() *message {
 		r.err = errCorrupt
 		return nil
 	}
-	var attrs map[string]string
-	if n > 0 {
-		attrs = make(map[string]string, n)
+	attrs := *r
+	size, bodyLen := len(data)+len(m.key), 0
+	if len(data) > 0 {
+		bodyLen = protowire.SizeTag(fMessageData) + protowire.SizeBytes(len(data))
 	}
 	for i := uint64(0); i < n && r.err == nil; i++ {
-		k := r.string()
-		attrs[k] = r.string()
+		k, v := r.bytes(), r.bytes()
+		size += len(k) + len(v)
+		bodyLen += protowire.SizeTag(fMessageAttrs) + protowire.SizeBytes(mapEntrySize(k, v))
 	}
-	m.body = encodeBody(data, attrs)
-	m.size = len(data) + len(m.key)
-	for k, v := range attrs {
-		m.size += len(k) + len(v)
+	if r.err != nil {
+		return nil
 	}
+	body := make([]byte, 0, bodyLen)
+	if len(data) > 0 {
+		body = protowire.AppendTag(body, fMessageData, protowire.BytesType)
+		body = protowire.AppendBytes(body, data)
+	}
+	for i := uint64(0); i < n; i++ {
+		body = appendAttr(body, attrs.bytes(), attrs.bytes())
+	}
+	m.body, m.size = body, size
 	return m
 }
 
@@ -249,7 +262,7 @@ func (b *Broker) applyRecord(p []byte) error {
 		for i := uint64(0); i < n && r.err == nil; i++ {
 			id := r.uvarint()
 			if s := b.subByID[id]; s != nil {
-				s.replay[m.seq] = m
+				s.replay.add(m)
 			} else if sn := b.snapByID[id]; sn != nil {
 				sn.msgs.pushBack(m) // records come in publish order
 			}
@@ -263,7 +276,7 @@ func (b *Broker) applyRecord(p []byte) error {
 	case recAck:
 		s, seq := b.subByID[r.uvarint()], r.uvarint()
 		if s != nil && r.err == nil {
-			delete(s.replay, seq)
+			s.replay.ack(seq)
 		}
 	case recSeek:
 		s, target := b.subByID[r.uvarint()], r.varint()

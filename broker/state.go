@@ -108,9 +108,8 @@ type subscription struct {
 	// succeed is told so instead of "invalid ack ID".
 	acked      map[uint64]int64
 	ackedOrder deque[uint64]
-	// replay is used instead of the queues while the log is replayed: acks
-	// then remove arbitrary messages, which a map does in O(1).
-	replay map[uint64]*message
+	// replay is used instead of the queues while the log is replayed.
+	replay *replaySet
 	pusher *pusher // delivers a push subscription; nil for pull
 }
 
@@ -158,7 +157,7 @@ func (t *topic) updateRetainFor() {
 // after it.
 func (s *subscription) enqueueLocked(it item, front bool) {
 	if s.replay != nil {
-		s.replay[it.m.seq] = it.m
+		s.replay.add(it.m)
 		return
 	}
 	if s.ordered() && it.m.key != "" {
@@ -203,7 +202,7 @@ func (s *subscription) readyKeyLocked(ks *keyState, front bool) {
 // acknowledged, in no particular order.
 func (s *subscription) forEachHeld(f func(m *message)) {
 	if s.replay != nil {
-		for _, m := range s.replay {
+		for _, m := range s.replay.held() {
 			f(m)
 		}
 		return

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"bufio"
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -17,9 +16,11 @@ import (
 
 const logName = "broker.log"
 
-// openStore takes the data directory, replays its log into memory and
-// rewrites it as a fresh checkpoint, so that every start begins with a
-// compact, fully valid file (a torn tail from a crash is gone after this).
+// openStore takes the data directory and replays its log into memory. The
+// log is not rewritten first: it is cut at its last intact record (a torn
+// tail from a crash was never acknowledged) and appended to, so a start
+// costs one read of the log; the compactor rewrites it later, in the
+// background, once it has grown to twice the live state.
 func (b *Broker) openStore() error {
 	dir := b.opts.DataDir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -35,21 +36,26 @@ func (b *Broker) openStore() error {
 		return fmt.Errorf("broker: remove stale checkpoint: %w", err)
 	}
 	start := time.Now()
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
+		b.wal = newWAL(nil, 0, b.opts.NoSync, b.log)
+		if err := b.compactLocked(); err != nil { // an empty, synced log
+			return err
+		}
 	case err != nil:
 		return fmt.Errorf("broker: open log: %w", err)
 	default:
-		err = b.replay(f)
-		f.Close()
+		end, live, err := b.replay(f)
+		if err == nil {
+			err = cutLog(f, end)
+		}
 		if err != nil {
+			f.Close()
 			return err
 		}
-	}
-	b.wal = newWAL(nil, 0, b.opts.NoSync, b.log)
-	if err := b.compactLocked(); err != nil {
-		return err
+		b.wal = newWAL(f, end, b.opts.NoSync, b.log)
+		b.wal.compactAt = max(minCompactSize, 2*live)
 	}
 	held := 0
 	for _, s := range b.subByID {
@@ -60,15 +66,39 @@ func (b *Broker) openStore() error {
 	return nil
 }
 
-// replay applies every intact record of the log. A torn or corrupt record
-// (a crash mid-write) ends the log there: everything after it was never
-// acknowledged to a client as durable, because records become durable in order.
-func (b *Broker) replay(f *os.File) error {
+// cutLog drops whatever follows the last intact record and leaves f
+// positioned for appending there.
+func cutLog(f *os.File, end int64) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("broker: stat log: %w", err)
+	}
+	if fi.Size() > end {
+		if err := f.Truncate(end); err != nil {
+			return fmt.Errorf("broker: cut torn log tail: %w", err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("broker: cut torn log tail: %w", err)
+		}
+	}
+	if _, err := f.Seek(end, io.SeekStart); err != nil {
+		return fmt.Errorf("broker: seek log end: %w", err)
+	}
+	return nil
+}
+
+// replay applies every intact record of the log and returns where the
+// intact part ends and about how many bytes a checkpoint of the resulting
+// state takes. A torn or corrupt record (a crash mid-write) ends the log
+// there: everything after it was never acknowledged to a client as
+// durable, because records become durable in order.
+func (b *Broker) replay(f *os.File) (end, live int64, err error) {
 	b.replaying = true
 	defer func() { b.replaying = false }()
 	r := bufio.NewReaderSize(f, 1<<20)
 	var off int64
 	var hdr [8]byte
+	var p []byte // reused: records copy what they keep
 	records := 0
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -82,7 +112,10 @@ func (b *Broker) replay(f *os.File) error {
 			b.log.Warn("log has an invalid record length; ignoring the rest", "offset", off, "length", n)
 			break
 		}
-		p := make([]byte, n)
+		if cap(p) < int(n) {
+			p = make([]byte, n)
+		}
+		p = p[:n]
 		if _, err := io.ReadFull(r, p); err != nil {
 			b.log.Warn("log ends with a torn record; ignoring it", "offset", off)
 			break
@@ -92,22 +125,24 @@ func (b *Broker) replay(f *os.File) error {
 			break
 		}
 		if err := b.applyRecord(p); err != nil {
-			return fmt.Errorf("broker: replay log at offset %d: %w", off, err)
+			return 0, 0, fmt.Errorf("broker: replay log at offset %d: %w", off, err)
 		}
 		off += 8 + int64(n)
 		records++
 	}
 	for _, s := range sortedByID(b.subByID) {
-		msgs := slices.SortedFunc(maps.Values(s.replay), func(x, y *message) int { return cmp.Compare(x.seq, y.seq) })
+		msgs := s.replay.held()
 		s.replay = nil
 		s.held = 0
+		s.ready.reserve(len(msgs))
 		for _, m := range msgs {
 			s.held++
 			s.enqueueLocked(item{m: m}, false)
+			live += int64(len(m.body)+len(m.key)) + 32 // its record in a checkpoint, about
 		}
 	}
 	b.log.Debug("log replayed", "records", records, "bytes", off)
-	return nil
+	return off, live, nil
 }
 
 // compactLocked writes the current state as a new log and swaps it in

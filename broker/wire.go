@@ -126,7 +126,7 @@ func appendReceived(dst []byte, d delivery) []byte {
 
 // mapEntrySize is the size of one attributes entry; key and value are
 // always written, as the protobuf runtime does for map entries.
-func mapEntrySize(k, v string) int {
+func mapEntrySize[S string | []byte](k, v S) int {
 	return protowire.SizeTag(fMapKey) + protowire.SizeBytes(len(k)) +
 		protowire.SizeTag(fMapValue) + protowire.SizeBytes(len(v))
 }
@@ -147,14 +147,22 @@ func encodeBody(data []byte, attrs map[string]string) []byte {
 		body = protowire.AppendBytes(body, data)
 	}
 	for k, v := range attrs {
-		body = protowire.AppendTag(body, fMessageAttrs, protowire.BytesType)
-		body = protowire.AppendVarint(body, uint64(mapEntrySize(k, v)))
-		body = protowire.AppendTag(body, fMapKey, protowire.BytesType)
-		body = protowire.AppendString(body, k)
-		body = protowire.AppendTag(body, fMapValue, protowire.BytesType)
-		body = protowire.AppendString(body, v)
+		body = appendAttr(body, k, v)
 	}
 	return body
+}
+
+// appendAttr appends one attributes entry of a body (replay builds bodies
+// from the log's bytes, a publish from the request's strings).
+func appendAttr[S string | []byte](body []byte, k, v S) []byte {
+	body = protowire.AppendTag(body, fMessageAttrs, protowire.BytesType)
+	body = protowire.AppendVarint(body, uint64(mapEntrySize(k, v)))
+	body = protowire.AppendTag(body, fMapKey, protowire.BytesType)
+	body = protowire.AppendVarint(body, uint64(len(k)))
+	body = append(body, k...)
+	body = protowire.AppendTag(body, fMapValue, protowire.BytesType)
+	body = protowire.AppendVarint(body, uint64(len(v)))
+	return append(body, v...)
 }
 
 // walkBody calls data for the data field and attr for every attribute of
