@@ -97,6 +97,10 @@ type Options struct {
 	// that arrives later runs the handler again: the horizon protects
 	// against near-term republishing; it is not an idempotency store.
 	Horizon time.Duration
+	// HorizonMode is dedup.Fixed (default: a key lives Horizon from first
+	// sight) or dedup.Sliding (each caught copy keeps its key another
+	// Horizon).
+	HorizonMode dedup.HorizonMode
 	// Lease is how long a claimed key keeps other copies away while the
 	// handler runs (default dedup.DefaultLease). A claimant that dies is
 	// taken over after it.
@@ -249,7 +253,7 @@ func New(store dedup.Store, opt Options, f HandlerFunc) (*Dedup, error) {
 		return nil, err
 	}
 	dd, err := dedup.New(store, dedup.Options{Horizon: opt.Horizon, Lease: opt.Lease, Now: opt.Now, LocalWait: opt.Lease,
-		Domain: opt.TimeDomain, AllowedLateness: opt.AllowedLateness})
+		Domain: opt.TimeDomain, AllowedLateness: opt.AllowedLateness, Mode: opt.HorizonMode})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}

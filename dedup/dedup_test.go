@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -303,5 +304,46 @@ func TestDeduperLocalWaitLease(t *testing.T) {
 				t.Fatalf("other replica 15 s into the copy's write: %v (%v), want InFlight: the lease ran from before the wait", v.Status, err)
 			}
 		})
+	}
+}
+
+// A caught copy's Age is the time since its key's first sight; with the
+// sliding mode each copy keeps the key another horizon (and Age runs from
+// the latest copy), with the fixed mode the key expires a horizon after
+// first sight whatever came meanwhile.
+func TestHorizonModes(t *testing.T) {
+	for _, mode := range []dedup.HorizonMode{dedup.Fixed, dedup.Sliding} {
+		t.Run(mode.String(), func(t *testing.T) {
+			c := newClock()
+			d, err := dedup.New(mem.New(), dedup.Options{Now: c.now, Mode: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := dedup.KeyOf("k")
+			_, tk, err := d.Claim(t.Context(), k, "m1")
+			if err != nil || d.Commit(t.Context(), tk) != nil {
+				t.Fatal(err)
+			}
+			c.add(8 * time.Minute)
+			v, _, err := d.Claim(t.Context(), k, "m2")
+			if err != nil || v.Status != dedup.Duplicate || v.Age < 8*time.Minute || v.Age > 8*time.Minute+20*time.Millisecond {
+				t.Fatalf("copy 8m after first sight: %+v, %v", v, err)
+			}
+			c.add(7 * time.Minute) // 15m after first sight, 7m after the copy
+			v, _, err = d.Claim(t.Context(), k, "m3")
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantStatus := map[dedup.HorizonMode]dedup.Status{dedup.Fixed: dedup.Proceed, dedup.Sliding: dedup.Duplicate}[mode]
+			if v.Status != wantStatus {
+				t.Fatalf("15m after first sight, 7m after a caught copy: %v, want %v", v.Status, wantStatus)
+			}
+			if mode == dedup.Sliding && (v.Age < 7*time.Minute || v.Age > 7*time.Minute+20*time.Millisecond) {
+				t.Errorf("sliding Age %v, want the 7m since the latest copy", v.Age)
+			}
+		})
+	}
+	if _, err := dedup.ParseHorizonMode("growing"); err == nil || !strings.Contains(err.Error(), "fixed or sliding") {
+		t.Errorf("ParseHorizonMode(growing) = %v", err)
 	}
 }

@@ -48,6 +48,7 @@ func Run(t *testing.T, open Open) {
 		{"ReleaseAfterCommitKeepsDone", releaseAfterCommit},
 		{"ClaimOverExpiredKeyHoldsLease", expiredKeyLease},
 		{"DuplicateTellsExpiry", duplicateExpiry},
+		{"HorizonSlidingExtendsOnDuplicate", horizonSliding},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, open(t)) })
@@ -184,6 +185,30 @@ func horizonFixed(t *testing.T, s dedup.Store) {
 		want(t, claim(t, s, k, "m2", now.Add(time.Duration(i)*time.Second)), dedup.Duplicate, dedup.Republish)
 	}
 	want(t, claim(t, s, k, "m2", now.Add(3100*time.Millisecond)), dedup.Proceed, 0)
+}
+
+// horizonSliding: with Claim.Extend, each caught copy keeps the key until
+// Extend; an Extend earlier than the expiry leaves it; the redelivery and
+// republish kinds stay as they were.
+func horizonSliding(t *testing.T, s dedup.Store) {
+	k, now := key(t), time.Now()
+	slide := func(id string, at time.Time) dedup.Verdict {
+		t.Helper()
+		v, err := s.Claim(context.Background(), dedup.Claim{Key: k, MsgID: id, Now: at, LeaseUntil: at.Add(lease), Extend: at.Add(3 * time.Second)})
+		if err != nil {
+			t.Fatalf("claim %s: %v", id, err)
+		}
+		return v
+	}
+	want(t, claim(t, s, k, "m1", now), dedup.Proceed, 0)
+	commit(t, s, k, "m1", now.Add(3*time.Second))
+	// Copies 2 s apart keep the key alive well past its first 3 s.
+	for i := 1; i <= 4; i++ {
+		want(t, slide("m2", now.Add(time.Duration(2*i)*time.Second)), dedup.Duplicate, dedup.Republish)
+	}
+	want(t, slide("m1", now.Add(10*time.Second)), dedup.Duplicate, dedup.Redelivery)
+	// 3 s after the last copy (at 10 s), the key is gone.
+	want(t, claim(t, s, k, "m3", now.Add(13100*time.Millisecond)), dedup.Proceed, 0)
 }
 
 func keysIndependent(t *testing.T, s dedup.Store) {

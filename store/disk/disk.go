@@ -149,11 +149,28 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 }
 
 // Claim implements dedup.Store.
-func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
+//
+// With Claim.Extend (the sliding horizon), a duplicate's new expiry is
+// written like a commit and the claim returns once it is durable, so a
+// restart keeps the extended key.
+func (s *Store) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error) {
 	if s.closed.Load() {
 		return dedup.Verdict{}, ErrClosed
 	}
-	return s.set.Claim(c.Key, dedup.MsgTag(c.MsgID), c.Now.UnixNano(), c.LeaseUntil.UnixNano()), nil
+	tag := dedup.MsgTag(c.MsgID)
+	if c.Extend.IsZero() {
+		return s.set.Claim(c.Key, tag, c.Now.UnixNano(), c.LeaseUntil.UnixNano(), 0), nil
+	}
+	v := s.set.Claim(c.Key, tag, c.Now.UnixNano(), c.LeaseUntil.UnixNano(), c.Extend.UnixNano())
+	if v.Status == dedup.Duplicate && c.Extend.After(v.Expires) {
+		if v.Kind == dedup.Republish {
+			tag = 0 // a tag no message has: the record says republish, not whose
+		}
+		if err := s.w.put(ctx, c.Key, rec{exp: c.Extend.UnixNano(), tag: tag}); err != nil {
+			return dedup.Verdict{}, err
+		}
+	}
+	return v, nil
 }
 
 // Commit implements dedup.Store. It returns once the key is durable (see

@@ -30,7 +30,15 @@ func New() *Store { return &Store{set: table.NewSet(shardBits, 0)} }
 
 // Claim implements dedup.Store.
 func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
-	return s.set.Claim(c.Key, dedup.MsgTag(c.MsgID), c.Now.UnixNano(), c.LeaseUntil.UnixNano()), nil
+	return s.set.Claim(c.Key, dedup.MsgTag(c.MsgID), c.Now.UnixNano(), c.LeaseUntil.UnixNano(), unixNano(c.Extend)), nil
+}
+
+// unixNano is t in Unix ns, 0 for the zero time (no extension).
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
 }
 
 // Commit implements dedup.Store.

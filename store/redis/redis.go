@@ -268,7 +268,33 @@ func (s *Store) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error)
 	o := s.b.get()
 	o.kind, o.msgID, o.now, o.at, o.ttl = opClaim, c.MsgID, now, until, max(until-now, 1)
 	s.keyVal(o, c.Key, 'p', c.MsgID, 0)
-	return s.b.do(ctx, o)
+	v, err := s.b.do(ctx, o)
+	if err != nil || v.Status != dedup.Duplicate || c.Extend.IsZero() {
+		return v, err
+	}
+	return v, s.extend(ctx, c.Key, ms(c.Extend), now)
+}
+
+// extendScript moves a committed key's expiry later (the sliding horizon),
+// keeping its message tag; a claim or a later expiry is left alone.
+// KEYS[1] key; ARGV: until ms, TTL ms.
+var extendScript = goredis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v or string.sub(v, 1, 1) ~= 'd' then return 0 end
+local c = string.find(v, ':', 2, true)
+if not c or tonumber(string.sub(v, 2, c - 1)) >= tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], 'd' .. ARGV[1] .. string.sub(v, c), 'PX', ARGV[2])
+return 1
+`)
+
+// extend runs extendScript for a duplicate's key: one more round trip per
+// caught copy, in sliding mode only.
+func (s *Store) extend(ctx context.Context, k dedup.Key, until, now int64) error {
+	err := extendScript.Run(ctx, s.rdb, []string{s.key(k)}, until, max(until-now, 1)+s.slack).Err()
+	if err != nil {
+		return fmt.Errorf("extend key: %w", classify(err))
+	}
+	return nil
 }
 
 // Commit implements dedup.Store.

@@ -27,7 +27,7 @@ func BenchmarkGrow(b *testing.B) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	for i := 0; b.Loop(); i++ {
 		k := keyN(uint64(i))
-		t.Claim(k, 1, now, now+int64(time.Minute))
+		t.Claim(k, 1, now, now+int64(time.Minute), 0)
 		t.Commit(k, 1, now+int64(time.Hour))
 	}
 }

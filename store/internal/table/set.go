@@ -48,14 +48,14 @@ func (s *Set) Shard(i int) *Table { return s.shards[i].t }
 func (s *Set) Shards() int { return len(s.shards) }
 
 // Claim is Table.Claim on the key's shard.
-func (s *Set) Claim(k dedup.Key, tag uint32, now, leaseUntil int64) dedup.Verdict {
+func (s *Set) Claim(k dedup.Key, tag uint32, now, leaseUntil, extend int64) dedup.Verdict {
 	sh := &s.shards[s.ShardOf(k)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if now > sh.now.Load() {
 		sh.now.Store(now)
 	}
-	return sh.t.Claim(k, tag, now, leaseUntil)
+	return sh.t.Claim(k, tag, now, leaseUntil, extend)
 }
 
 // Commit is Table.Commit on the key's shard.

@@ -75,8 +75,9 @@ func (t *Table) Len() int { return t.n }
 
 // Claim gives the claim verdict for the key at now (Unix ns) by the
 // message with tag and, when it is Proceed, holds the key for that message
-// until leaseUntil.
-func (t *Table) Claim(k dedup.Key, tag uint32, now, leaseUntil int64) dedup.Verdict {
+// until leaseUntil. With extend > 0 (the sliding horizon), a Duplicate
+// also moves the key's expiry to extend, if that is later.
+func (t *Table) Claim(k dedup.Key, tag uint32, now, leaseUntil, extend int64) dedup.Verdict {
 	t.saw(now)
 	lease := t.until(leaseUntil)
 	at := t.at(now) // after the lease's tick, which may have rebased the clock
@@ -91,6 +92,9 @@ func (t *Table) Claim(k dedup.Key, tag uint32, now, leaseUntil int64) dedup.Verd
 			e.meta = claim.meta
 		case dedup.Duplicate:
 			v.Expires = time.Unix(0, t.unix(e.until()))
+			if ex := t.until(extend); extend > 0 && ex > e.until() {
+				e.meta = pack(ex, false, e.tag())
+			}
 		}
 		return v
 	}

@@ -42,9 +42,9 @@ func TestTableMatchesModel(t *testing.T) {
 		case w.pending:
 			return dedup.Verdict{Status: dedup.InFlight}
 		case w.tag == tag:
-			return dedup.Verdict{Status: dedup.Duplicate, Kind: dedup.Redelivery}
+			return dedup.Verdict{Status: dedup.Duplicate, Kind: dedup.Redelivery, Expires: time.Unix(0, w.exp)}
 		}
-		return dedup.Verdict{Status: dedup.Duplicate, Kind: dedup.Republish}
+		return dedup.Verdict{Status: dedup.Duplicate, Kind: dedup.Republish, Expires: time.Unix(0, w.exp)}
 	}
 	for i := range 200000 {
 		now := t0 + int64(i/25)*10*ms // whole ticks: the model needs no rounding
@@ -54,7 +54,7 @@ func TestTableMatchesModel(t *testing.T) {
 		case 0, 1:
 			w, ok := ref[k]
 			lease := now + r.Int64N(200)*10*ms
-			got := tab.Claim(k, tag, now, lease)
+			got := tab.Claim(k, tag, now, lease, 0)
 			if exp := verdict(w, ok, now, tag); got != exp {
 				t.Fatalf("op %d: claim = %+v, want %+v (held %+v, %v)", i, got, exp, w, ok)
 			}
@@ -95,7 +95,7 @@ func TestTableMatchesModel(t *testing.T) {
 		t.Fatalf("after a full sweep %d keys held, want %d", tab.Len(), len(ref))
 	}
 	for k, w := range ref {
-		if got, exp := tab.Claim(k, 99, now, now+ms), verdict(w, true, now, 99); got != exp {
+		if got, exp := tab.Claim(k, 99, now, now+ms, 0), verdict(w, true, now, 99); got != exp {
 			t.Fatalf("final: %v = %+v, want %+v", k, got, exp)
 		}
 	}
@@ -108,12 +108,12 @@ func TestClockRounding(t *testing.T) {
 	k := dedup.KeyOf("k")
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 3e6, time.UTC) // not on a tick
 	exp := t0.Add(2 * time.Second)
-	tab.Claim(k, 1, t0.UnixNano(), t0.Add(time.Second).UnixNano())
+	tab.Claim(k, 1, t0.UnixNano(), t0.Add(time.Second).UnixNano(), 0)
 	tab.Commit(k, 1, exp.UnixNano())
-	if v := tab.Claim(k, 2, exp.Add(-time.Nanosecond).UnixNano(), exp.Add(time.Minute).UnixNano()); v.Status != dedup.Duplicate {
+	if v := tab.Claim(k, 2, exp.Add(-time.Nanosecond).UnixNano(), exp.Add(time.Minute).UnixNano(), 0); v.Status != dedup.Duplicate {
 		t.Fatalf("a nanosecond before its expiry: %v, want duplicate", v.Status)
 	}
-	if v := tab.Claim(k, 2, exp.Add(time.Duration(tickNanos)).UnixNano(), exp.Add(time.Minute).UnixNano()); v.Status != dedup.Proceed {
+	if v := tab.Claim(k, 2, exp.Add(time.Duration(tickNanos)).UnixNano(), exp.Add(time.Minute).UnixNano(), 0); v.Status != dedup.Proceed {
 		t.Fatalf("a tick after its expiry: %v, want proceed", v.Status)
 	}
 }
@@ -128,19 +128,19 @@ func TestRebase(t *testing.T) {
 	for day := 0; day < 13*366; day += 7 {
 		now := t0.AddDate(0, 0, day)
 		k := dedup.KeyOf(now.String())
-		if v := tab.Claim(k, 1, now.UnixNano(), now.Add(time.Minute).UnixNano()); v.Status != dedup.Proceed {
+		if v := tab.Claim(k, 1, now.UnixNano(), now.Add(time.Minute).UnixNano(), 0); v.Status != dedup.Proceed {
 			t.Fatalf("day %d: new key %v", day, v.Status)
 		}
 		tab.Commit(k, 1, now.Add(horizon).UnixNano())
 		if day >= 350 {
 			old := t0.AddDate(0, 0, day-350)
-			if v := tab.Claim(dedup.KeyOf(old.String()), 2, now.UnixNano(), now.Add(time.Minute).UnixNano()); v.Status != dedup.Duplicate {
+			if v := tab.Claim(dedup.KeyOf(old.String()), 2, now.UnixNano(), now.Add(time.Minute).UnixNano(), 0); v.Status != dedup.Duplicate {
 				t.Fatalf("day %d: the key of day %d is %v, want duplicate", day, day-350, v.Status)
 			}
 		}
 		if day >= 406 {
 			old := t0.AddDate(0, 0, day-406)
-			if v := tab.Claim(dedup.KeyOf(old.String()), 2, now.UnixNano(), now.Add(time.Minute).UnixNano()); v.Status != dedup.Proceed {
+			if v := tab.Claim(dedup.KeyOf(old.String()), 2, now.UnixNano(), now.Add(time.Minute).UnixNano(), 0); v.Status != dedup.Proceed {
 				t.Fatalf("day %d: the key of day %d is %v, want expired", day, day-406, v.Status)
 			}
 			tab.Release(dedup.KeyOf(old.String()), 2)
