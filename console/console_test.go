@@ -16,12 +16,13 @@ import (
 
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/limits"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 func TestValidate(t *testing.T) {
-	long := strings.Repeat("k", maxKeyBytes+1)
+	long := strings.Repeat("k", limits.AttributeValueBytes+1)
 	for _, tc := range []struct {
 		name, message, key, copies string
 		field, want                string // empty field: valid

@@ -19,18 +19,19 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/internal/localguard"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/dedupflow/dedupflow/limits"
 )
 
 //go:embed assets
 var assets embed.FS
 
 // Limits of the publish form. The message limit is the console's, far below
-// Pub/Sub's 10 MB: it is a form for typing; the key limit is Pub/Sub's for
-// an attribute value.
+// Pub/Sub's 10 MB: it is a form for typing. The key is an attribute value,
+// so its limit is Pub/Sub's (limits.AttributeValueBytes).
 const (
 	maxBodyBytes    = 64 << 10
 	maxMessageBytes = 10 << 10
-	maxKeyBytes     = 1024
 	maxCopies       = 10
 )
 
@@ -114,7 +115,7 @@ func (c *Console) index(w http.ResponseWriter, r *http.Request, page *template.T
 		Token: c.token, Input: c.o.InputTopic.ID, Output: c.o.OutputTopic.ID,
 		PipelineSub: c.o.PipelineSubscription.ID, OutputSub: c.o.OutputSubscription.ID,
 		IDAttribute: c.o.IDAttribute, EventTimeAttribute: c.o.EventTimeAttribute,
-		Horizon: c.o.Horizon.String(), MaxKey: maxKeyBytes, MaxMessage: maxMessageBytes, MaxCopies: maxCopies,
+		Horizon: c.o.Horizon.String(), MaxKey: limits.AttributeValueBytes, MaxMessage: maxMessageBytes, MaxCopies: maxCopies,
 	})
 	if err != nil {
 		c.log.Warn("console: render page", "err", err)
@@ -146,8 +147,8 @@ func validate(message, key, copies string) (publishForm, *fieldError) {
 	switch {
 	case !utf8.ValidString(key):
 		return f, &fieldError{"key", "The key is not valid UTF-8."}
-	case len(key) > maxKeyBytes:
-		return f, &fieldError{"key", fmt.Sprintf("The key is %d bytes; Pub/Sub allows attribute values of at most %d.", len(key), maxKeyBytes)}
+	case len(key) > limits.AttributeValueBytes:
+		return f, &fieldError{"key", fmt.Sprintf("The key is %d bytes; Pub/Sub allows attribute values of at most %d.", len(key), limits.AttributeValueBytes)}
 	case strings.TrimSpace(key) != key:
 		// Keys compare exactly: "123 " would silently differ from "123".
 		return f, &fieldError{"key", "The key starts or ends with spaces; remove them (keys are compared exactly)."}

@@ -47,6 +47,9 @@ var (
 	ErrOrderingKey       = errors.New("invalid ordering key")
 	ErrTooLarge          = errors.New("message too large")
 	ErrID                = errors.New("invalid resource ID")
+	// ErrNotUTF8 is wrapped, beside the sentinel of the part, by every
+	// error about text that is not valid UTF-8.
+	ErrNotUTF8 = errors.New("not valid UTF-8")
 )
 
 // AttributeKey checks an attribute key: not empty, at most
@@ -58,7 +61,7 @@ func AttributeKey(k string) error {
 	case len(k) > AttributeKeyBytes:
 		return fmt.Errorf("%w: %.40q... is %d bytes, the limit is %d", ErrAttributeKey, k, len(k), AttributeKeyBytes)
 	case !utf8.ValidString(k):
-		return fmt.Errorf("%w: %q is not valid UTF-8", ErrAttributeKey, k)
+		return fmt.Errorf("%w: %q is %w", ErrAttributeKey, k, ErrNotUTF8)
 	case hasReserved(k):
 		return fmt.Errorf("%w: %q starts with %q, which is reserved by Pub/Sub", ErrAttributeKey, k, Reserved)
 	}
@@ -72,7 +75,7 @@ func AttributeValue(k, v string) error {
 	case len(v) > AttributeValueBytes:
 		return fmt.Errorf("%w: the value of %q is %d bytes, the limit is %d", ErrAttributeValue, k, len(v), AttributeValueBytes)
 	case !utf8.ValidString(v):
-		return fmt.Errorf("%w: the value of %q is not valid UTF-8", ErrAttributeValue, k)
+		return fmt.Errorf("%w: the value of %q is %w", ErrAttributeValue, k, ErrNotUTF8)
 	}
 	return nil
 }
@@ -100,7 +103,7 @@ func Message(data []byte, attrs map[string]string, orderingKey string) (int, err
 		return 0, fmt.Errorf("%w: %d bytes, the limit is %d", ErrOrderingKey, len(orderingKey), OrderingKeyBytes)
 	}
 	if !utf8.ValidString(orderingKey) {
-		return 0, fmt.Errorf("%w: not valid UTF-8", ErrOrderingKey)
+		return 0, fmt.Errorf("%w: %w", ErrOrderingKey, ErrNotUTF8)
 	}
 	if size > MessageBytes {
 		return 0, fmt.Errorf("%w: %d bytes, the limit is %d", ErrTooLarge, size, MessageBytes)

@@ -213,7 +213,7 @@ func (p *Publisher) prepare(e Event) (pubsub.Message, string, error) {
 		}
 		key = k
 	}
-	if err := checkKey(key); err != nil {
+	if err := checkKey(ka, key); err != nil {
 		return pubsub.Message{}, "", err
 	}
 	attrs := make(map[string]string, len(e.Attributes)+2)
@@ -230,7 +230,7 @@ func (p *Publisher) prepare(e Event) (pubsub.Message, string, error) {
 			attrs[ta] = strconv.FormatInt(p.o.Now().UnixMilli(), 10)
 		}
 	}
-	if err := checkMessage(e.Data, attrs); err != nil {
+	if err := checkMessage(e.Data, attrs, e.OrderingKey); err != nil {
 		return pubsub.Message{}, key, err
 	}
 	return pubsub.Message{Data: e.Data, Attributes: attrs, OrderingKey: e.OrderingKey}, key, nil

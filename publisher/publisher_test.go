@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/dedupflow/dedupflow/limits"
 	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
@@ -186,11 +187,14 @@ func TestInvalidEventsAreNeverSent(t *testing.T) {
 		{"key not UTF-8", publisher.Event{Key: "k\xff", Data: []byte("x")}, publisher.ErrNotUTF8},
 		{"attribute name too long", publisher.Event{Key: "k", Attributes: map[string]string{strings.Repeat("n", 257): "v"}}, publisher.ErrAttributeName},
 		{"empty attribute name", publisher.Event{Key: "k", Attributes: map[string]string{"": "v"}}, publisher.ErrAttributeName},
+		{"reserved attribute name", publisher.Event{Key: "k", Attributes: map[string]string{"googclient_x": "v"}}, limits.ErrAttributeKey},
 		{"value not UTF-8", publisher.Event{Key: "k", Attributes: map[string]string{"a": "\xc3\x28"}}, publisher.ErrNotUTF8},
 		{"value too long", publisher.Event{Key: "k", Attributes: map[string]string{"a": strings.Repeat("v", 1025)}}, publisher.ErrAttributeValue},
 		{"two keys", publisher.Event{Key: "k", Attributes: map[string]string{"event_id": "other"}}, publisher.ErrKeyConflict},
 		{"two timestamps", publisher.Event{Key: "k", Time: time.Unix(1, 0), Attributes: map[string]string{"ts": "5"}}, publisher.ErrTimestampConflict},
-		{"too large", publisher.Event{Key: "k", Data: make([]byte, publisher.MaxMessageBytes)}, publisher.ErrMessageTooLarge},
+		{"too large", publisher.Event{Key: "k", Data: make([]byte, limits.MessageBytes)}, limits.ErrTooLarge},
+		// The service counts the ordering key too.
+		{"too large with the ordering key", publisher.Event{Key: "k", Data: make([]byte, limits.MessageBytes-30), OrderingKey: strings.Repeat("o", 30)}, limits.ErrTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := p.Publish(context.Background(), tc.e)
@@ -333,6 +337,8 @@ func TestOptionsValidate(t *testing.T) {
 		want string
 	}{
 		{"long key attribute", publisher.Options{KeyAttribute: strings.Repeat("k", 257)}, "key attribute"},
+		{"reserved key attribute", publisher.Options{KeyAttribute: "goog_key"}, "reserved by Pub/Sub"},
+		{"reserved timestamp attribute", publisher.Options{TimestampAttribute: "GOOGts"}, "reserved by Pub/Sub"},
 		{"timestamp is key", publisher.Options{TimestampAttribute: "event_id"}, "also the key attribute"},
 		{"negative attempts", publisher.Options{MaxAttempts: -1}, "at least 1"},
 		{"max below initial", publisher.Options{Backoff: publisher.Backoff{Initial: time.Second, Max: time.Millisecond}}, "below the initial"},

@@ -3,21 +3,26 @@ package publisher
 import (
 	"errors"
 	"fmt"
-	"unicode/utf8"
+
+	"github.com/dedupflow/dedupflow/limits"
 )
 
-// Limits the Pub/Sub service enforces on one message. Checking them here
-// turns a publish that could never succeed into a specific error before the
-// first attempt, instead of an InvalidArgument from the server (or, for
-// bad UTF-8, an Internal error that looks retryable).
+// Limits the Pub/Sub service enforces on one message, as package limits
+// defines them. Checking them here turns a publish that could never succeed
+// into a specific error before the first attempt, instead of an
+// InvalidArgument from the server (or, for bad UTF-8, an Internal error
+// that looks retryable).
+//
+// Deprecated: use the constants of package limits.
 const (
-	MaxAttributes          = 100
-	MaxAttributeNameBytes  = 256
-	MaxAttributeValueBytes = 1024
+	MaxAttributes          = limits.Attributes
+	MaxAttributeNameBytes  = limits.AttributeKeyBytes
+	MaxAttributeValueBytes = limits.AttributeValueBytes
 	// MaxKeyBytes is the limit of the key, an attribute value.
-	MaxKeyBytes = MaxAttributeValueBytes
-	// MaxMessageBytes bounds data plus attribute names and values.
-	MaxMessageBytes = 10_000_000
+	MaxKeyBytes = limits.AttributeValueBytes
+	// MaxMessageBytes bounds data, attribute names and values and the
+	// ordering key.
+	MaxMessageBytes = limits.MessageBytes
 )
 
 // ErrInvalidEvent is wrapped by every error about an event that can never
@@ -25,17 +30,20 @@ const (
 var ErrInvalidEvent = errors.New("invalid event")
 
 // Specific reasons an event is invalid. Each comes wrapped together with
-// ErrInvalidEvent, so errors.Is works with either.
+// ErrInvalidEvent, so errors.Is works with either. The ones Pub/Sub's
+// limits decide are package limits' own sentinels.
 var (
+	// ErrEmptyEvent is the publisher's own rule, stricter than Pub/Sub's:
+	// the key attribute alone does not make an event.
 	ErrEmptyEvent        = errors.New("empty message: no data and no attributes")
-	ErrTooManyAttributes = errors.New("too many attributes")
+	ErrTooManyAttributes = limits.ErrTooManyAttributes
 	ErrKeyTooLong        = errors.New("key too long")
 	ErrEmptyKey          = errors.New("empty key")
 	ErrKeyConflict       = errors.New("conflicting key")
-	ErrAttributeName     = errors.New("invalid attribute name")
-	ErrAttributeValue    = errors.New("invalid attribute value")
-	ErrNotUTF8           = errors.New("not valid UTF-8")
-	ErrMessageTooLarge   = errors.New("message too large")
+	ErrAttributeName     = limits.ErrAttributeKey
+	ErrAttributeValue    = limits.ErrAttributeValue
+	ErrNotUTF8           = limits.ErrNotUTF8
+	ErrMessageTooLarge   = limits.ErrTooLarge
 	ErrTimestampConflict = errors.New("conflicting timestamp")
 )
 
@@ -43,53 +51,36 @@ func invalid(reason error, format string, args ...any) error {
 	return fmt.Errorf("%w: %w: %s", ErrInvalidEvent, reason, fmt.Sprintf(format, args...))
 }
 
+// refused marks an error of package limits as an invalid event.
+func refused(err error) error { return fmt.Errorf("%w: %w", ErrInvalidEvent, err) }
+
 // checkName reports whether name can be an attribute name.
 func checkName(name string) error {
-	switch {
-	case name == "":
-		return invalid(ErrAttributeName, "empty attribute name")
-	case len(name) > MaxAttributeNameBytes:
-		return invalid(ErrAttributeName, "attribute name %.40q... is %d bytes, the limit is %d", name, len(name), MaxAttributeNameBytes)
-	case !utf8.ValidString(name):
-		return invalid(ErrNotUTF8, "attribute name %q", name)
+	if err := limits.AttributeKey(name); err != nil {
+		return refused(err)
 	}
 	return nil
 }
 
-// checkKey reports whether key can be the event's key.
-func checkKey(key string) error {
-	switch {
-	case key == "":
+// checkKey reports whether key can be the event's key, the value of
+// attribute attr.
+func checkKey(attr, key string) error {
+	if key == "" {
 		return invalid(ErrEmptyKey, "the key must not be empty")
-	case len(key) > MaxKeyBytes:
-		return invalid(ErrKeyTooLong, "key %.40q... is %d bytes, the limit is %d (an attribute value)", key, len(key), MaxKeyBytes)
-	case !utf8.ValidString(key):
-		return invalid(ErrNotUTF8, "key %q", key)
+	}
+	if err := limits.AttributeValue(attr, key); err != nil {
+		if !errors.Is(err, ErrNotUTF8) {
+			err = fmt.Errorf("%w: %w", ErrKeyTooLong, err)
+		}
+		return refused(err)
 	}
 	return nil
 }
 
-// checkMessage checks the finished message: attribute count, names,
-// values, and total size.
-func checkMessage(data []byte, attrs map[string]string) error {
-	if len(attrs) > MaxAttributes {
-		return invalid(ErrTooManyAttributes, "%d attributes with the key, the limit is %d", len(attrs), MaxAttributes)
-	}
-	size := len(data)
-	for name, v := range attrs {
-		if err := checkName(name); err != nil {
-			return err
-		}
-		if len(v) > MaxAttributeValueBytes {
-			return invalid(ErrAttributeValue, "attribute %q is %d bytes, the limit is %d", name, len(v), MaxAttributeValueBytes)
-		}
-		if !utf8.ValidString(v) {
-			return invalid(ErrNotUTF8, "value of attribute %q: %q", name, v)
-		}
-		size += len(name) + len(v)
-	}
-	if size > MaxMessageBytes {
-		return invalid(ErrMessageTooLarge, "%d bytes, the limit is %d", size, MaxMessageBytes)
+// checkMessage checks the finished message as the service will.
+func checkMessage(data []byte, attrs map[string]string, orderingKey string) error {
+	if _, err := limits.Message(data, attrs, orderingKey); err != nil {
+		return refused(err)
 	}
 	return nil
 }

@@ -7,6 +7,8 @@ package pubsubio
 import (
 	"fmt"
 	"strings"
+
+	"github.com/dedupflow/dedupflow/limits"
 )
 
 // Name is a full resource name split into its parts.
@@ -47,30 +49,8 @@ func parseName(project, s, kind string) (Name, error) {
 	if n.Project == "" {
 		return Name{}, fmt.Errorf("%s %q needs a project: pass --project or a full projects/P/%s/ID name", single, s, kind)
 	}
-	if err := ValidID(n.ID); err != nil {
+	if err := limits.ID(n.ID); err != nil {
 		return Name{}, fmt.Errorf("%s %q: %w", single, s, err)
 	}
 	return n, nil
-}
-
-// ValidID checks a topic or subscription ID against the service's rules:
-// 3 to 255 characters, starting with a letter, of letters, digits and
-// - _ . ~ + %, and not starting with "goog".
-func ValidID(id string) error {
-	if len(id) < 3 || len(id) > 255 {
-		return fmt.Errorf("ID must be 3 to 255 characters long, got %d", len(id))
-	}
-	if c := id[0]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
-		return fmt.Errorf("ID must start with a letter")
-	}
-	if strings.HasPrefix(strings.ToLower(id), "goog") {
-		return fmt.Errorf("ID must not start with \"goog\"")
-	}
-	for _, c := range id {
-		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.ContainsRune("-_.~+%", c)
-		if !ok {
-			return fmt.Errorf("ID may hold only letters, digits and - _ . ~ + %%, not %q", c)
-		}
-	}
-	return nil
 }

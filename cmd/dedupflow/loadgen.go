@@ -21,6 +21,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/dedupflow/dedupflow/internal/backoff"
+	"github.com/dedupflow/dedupflow/limits"
 	"github.com/dedupflow/dedupflow/publisher"
 )
 
@@ -136,7 +137,7 @@ as its "expected unique keys".
 }
 
 // maxPayload leaves room under the message limit for loadgen's attributes.
-const maxPayload = publisher.MaxMessageBytes - 4096
+const maxPayload = limits.MessageBytes - 4096
 
 // loadgen publishes a plan: each event's messages are handed to the
 // client at once (it batches them), and up to maxInFlight unacknowledged

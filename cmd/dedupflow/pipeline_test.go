@@ -38,6 +38,11 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 		{[]string{"--sink", "postgres://u@db/x", "--on-conflict", "replace"}, "want nothing or update"},
 		{[]string{"--sink", "kafka"}, `unknown --sink "kafka"`},
 		{nil, "missing output: give --output-topic"},
+		// Attribute names Pub/Sub refuses.
+		{[]string{"--sink", "stdout", "--id-attribute", "goog_key"}, `--id-attribute: invalid attribute key: "goog_key" starts with "goog", which is reserved by Pub/Sub`},
+		{[]string{"--sink", "stdout", "--timestamp-attribute", "GOOGts"}, "--timestamp-attribute: invalid attribute key"},
+		{[]string{"--sink", "stdout", "--output-id-attribute", strings.Repeat("k", 257)}, "is 257 bytes, the limit is 256"},
+		{[]string{"--sink", "stdout", "--id-attribute", "key", "--producer-attribute", "a\xff"}, "--producer-attribute: invalid attribute key: \"a\\xff\" is not valid UTF-8"},
 		// The audit's sizes: zero is not the default.
 		{[]string{"--sink", "stdout", "--audit-horizon", "7d", "--audit-fp", "0"}, "--audit-fp 0 is out of range: want a rate between 0 and 0.5"},
 		{[]string{"--sink", "stdout", "--audit-horizon", "7d", "--audit-fp", "0.5"}, "--audit-fp 0.5 is out of range"},

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/dedupflow/dedupflow/audit"
+	"github.com/dedupflow/dedupflow/limits"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink/postgres"
 )
@@ -17,15 +16,11 @@ import (
 // checkAttribute checks an attribute name given in a flag against what
 // Pub/Sub accepts, so a bad name fails at start instead of on every message.
 func checkAttribute(flag, name string) error {
-	switch {
-	case name == "":
+	if name == "" {
 		return nil
-	case len(name) > 256:
-		return fmt.Errorf("--%s is %d bytes long; Pub/Sub attribute names are at most 256", flag, len(name))
-	case !utf8.ValidString(name):
-		return fmt.Errorf("--%s %q is not valid UTF-8", flag, name)
-	case strings.HasPrefix(strings.ToLower(name), "goog"):
-		return fmt.Errorf("--%s %q: attribute names starting with \"goog\" are reserved by Pub/Sub", flag, name)
+	}
+	if err := limits.AttributeKey(name); err != nil {
+		return fmt.Errorf("--%s: %w", flag, err)
 	}
 	return nil
 }
