@@ -148,7 +148,8 @@ var sectionsText = []sectionText{
 			"split by node, arrives in at least one, so it bounds round trips from above (the pipeline does not export " +
 			"its batch count). **On a 2-core machine these numbers show cost, not speedup:** the replicas, the three " +
 			"nodes, the broker and the bench share two cores, so more replicas cannot go faster; what carries over to a " +
-			"real deployment is the cost per message, which `docs/scaling.md` projects."},
+			"real deployment is the cost per message, which [docs/scaling.md](docs/scaling.md) projects to 100k, 1M and 10M " +
+			"messages a second."},
 	{"memory", "7. Memory per live key",
 		"`BenchmarkClaimCommit` of `store/mem/bench_test.go`, run by the bench: a steady state with exactly N keys inside " +
 			"the horizon (every insert matched by an expiry), heap measured after GC; the bare map does the same with " +
