@@ -123,7 +123,9 @@
 // Google's emulator, measured beside it in push_test.go, differs: it
 // redelivers after a 202, leaves orderingKey and deliveryAttempt out of the
 // body, writes the ordering key as X-Goog-Ordering-Key and no delivery
-// attempt header, sends no token, and retries a nacked push every second.
+// attempt header, sends no token, retries a nacked push every second
+// whatever the retry policy, and did not dead-letter an ordered push
+// message.
 //
 // # Durability
 //

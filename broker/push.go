@@ -440,7 +440,7 @@ func wrappedBody(d delivery, sub, publish string) ([]byte, error) {
 	id := d.m.id()
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // the service sends <, > and & as they are
+	enc.SetEscapeHTML(false) // JSON needs no escapes for <, > and &; Go adds them for HTML
 	err := enc.Encode(pushBody{
 		DeliveryAttempt: d.attempt,
 		Message: pushMessage{Attributes: d.m.attrs(), Data: d.m.data(), MessageID: id, MessageIDOld: id,

@@ -18,6 +18,7 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 )
 
@@ -323,25 +324,38 @@ func TestPushAckProcessing(t *testing.T) {
 	}
 }
 
+// TestPushRedeliveryAfter500: a push that fails comes back with the same
+// message, after the push backoff, or after the retry policy's backoff when
+// the subscription has one (ours; the emulator ignores the policy).
 func TestPushRedeliveryAfter500(t *testing.T) {
 	forEachTargetWith(t, realClock, []string{"emulator"}, func(t *testing.T, tg target) {
 		c := newClient(t, tg.addr)
-		e := newEndpoint(t, func(n int, _ pushed) int {
+		failOnce := func(n int, _ pushed) int {
 			if n == 1 {
 				return http.StatusInternalServerError
 			}
 			return http.StatusOK
-		})
+		}
+		plain, policy := newEndpoint(t, failOnce), newEndpoint(t, failOnce)
 		topic := createTopic(t, c)
-		pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: plain.URL}})
+		pushSub(t, tg, c, &pb.Subscription{Topic: topic, PushConfig: &pb.PushConfig{PushEndpoint: policy.URL},
+			RetryPolicy: &pb.RetryPolicy{MinimumBackoff: durationpb.New(3 * time.Second), MaximumBackoff: durationpb.New(3 * time.Second)}})
 		id := publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("again")})[0]
-		first, second := e.next(t, 30*time.Second), e.next(t, 30*time.Second)
-		for _, p := range []pushed{first, second} {
-			if w := decodeWrapped(t, p); w.Message.MessageID != id || string(w.Message.Data) != "again" {
-				t.Errorf("push %s, want message %s both times", p.body, id)
+		for _, e := range []*endpoint{plain, policy} {
+			first, second := e.next(t, 30*time.Second), e.next(t, 30*time.Second)
+			for _, p := range []pushed{first, second} {
+				if w := decodeWrapped(t, p); w.Message.MessageID != id || string(w.Message.Data) != "again" {
+					t.Errorf("push %s, want message %s both times", p.body, id)
+				}
+			}
+			gap := second.at.Sub(first.at)
+			t.Logf("redelivered %v after the 500", gap)
+			// The emulator retries a push every second whatever the policy.
+			if e == policy && tg.ours != nil && gap < 3*time.Second {
+				t.Errorf("redelivered after %v, before the retry policy's 3s backoff", gap)
 			}
 		}
-		t.Logf("redelivered %v after the 500", second.at.Sub(first.at))
 	})
 }
 
