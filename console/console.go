@@ -58,6 +58,9 @@ type Options struct {
 	// Counts reads the pipeline's counters; nil or a zero result shows
 	// zeros (the pipeline may not have started yet).
 	Counts func() pipeline.Counts
+	// Advice, if set, is the pipeline's horizon advice, shown under the
+	// counts.
+	Advice func() string
 	Logger *slog.Logger
 	Now    func() time.Time // nil: time.Now
 	// AllowedHosts are host names, besides localhost and IP literals, that

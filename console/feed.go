@@ -224,21 +224,30 @@ func (s *submissions) after(t time.Time) int {
 
 // counts is the live view's copy of pipeline.Counts, named for the page.
 type counts struct {
-	Received     int64 `json:"received"`
-	Emitted      int64 `json:"emitted"`
-	Redelivery   int64 `json:"redelivery"`
-	Republish    int64 `json:"republish"`
-	MissingKey   int64 `json:"missing_key"`
-	DeadLettered int64 `json:"dead_lettered"`
-	InFlight     int64 `json:"in_flight"` // nacked: another copy of the key was being written
-	Retried      int64 `json:"retried"`
+	Received     int64  `json:"received"`
+	Emitted      int64  `json:"emitted"`
+	Redelivery   int64  `json:"redelivery"`
+	Republish    int64  `json:"republish"`
+	MissingKey   int64  `json:"missing_key"`
+	DeadLettered int64  `json:"dead_lettered"`
+	InFlight     int64  `json:"in_flight"` // nacked: another copy of the key was being written
+	Retried      int64  `json:"retried"`
+	Advice       string `json:"advice"` // how long the horizon has to be, from the copies seen
 }
 
-func countsView(c pipeline.Counts) counts {
-	return counts{
+func countsView(c pipeline.Counts, advice string) counts {
+	return counts{Advice: advice,
 		Received: c.Received, Emitted: c.Emitted,
 		Redelivery: c.DuplicateRedelivery, Republish: c.DuplicateRepublish,
 		MissingKey: c.MissingID, DeadLettered: c.DeadLettered,
 		InFlight: c.InFlightConflict, Retried: c.Retried,
 	}
+}
+
+// advice is the pipeline's horizon advice, or "" without it.
+func (c *Console) advice() string {
+	if c.o.Advice == nil {
+		return ""
+	}
+	return c.o.Advice()
 }

@@ -277,7 +277,7 @@ func (c *Console) events(w http.ResponseWriter, r *http.Request) {
 			}
 			last = row.Seq
 		}
-		if b, _ := json.Marshal(countsView(c.o.Counts())); string(b) != string(sentCounts) {
+		if b, _ := json.Marshal(countsView(c.o.Counts(), c.advice())); string(b) != string(sentCounts) {
 			if _, err := fmt.Fprintf(w, "event: counts\ndata: %s\n\n", b); err != nil {
 				return
 			}

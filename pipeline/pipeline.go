@@ -29,6 +29,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/advice"
 	"github.com/dedupflow/dedupflow/internal/gate"
 	"github.com/dedupflow/dedupflow/sink"
 )
@@ -103,6 +104,8 @@ type Pipeline struct {
 	audit       *audit.Filter // nil: no audit horizon
 	auditTarget audit.Target  // nil: the audit is not kept across restarts
 	reg         prometheus.Registerer
+	own         *prometheus.Registry // the gate's metrics, for Advice
+	now         func() time.Time
 }
 
 // New validates cfg and returns a Pipeline.
@@ -148,6 +151,14 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 		return nil, err
 	}
 	p.gate = g
+	p.now = d.Now
+	if p.now == nil {
+		p.now = time.Now
+	}
+	p.own = prometheus.NewRegistry()
+	if err := p.own.Register(g.Collector()); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
 	if d.Registerer != nil {
 		if err := d.Registerer.Register(g.Collector()); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -184,6 +195,17 @@ func (p *Pipeline) openAudit(d Deps) error {
 
 // Counts returns the counters so far.
 func (p *Pipeline) Counts() Counts { return p.gate.Counts() }
+
+// Advice is horizon advice from the copies seen so far (see
+// dedupflow advise): the share of republishes the horizon caught and the
+// horizon 99.9% would need, or why there is no advice yet.
+func (p *Pipeline) Advice() string {
+	mfs, err := p.own.Gather()
+	if err != nil {
+		return "no horizon advice: " + err.Error()
+	}
+	return advice.From(mfs, p.now()).Text
+}
 
 // Ready reports whether the store, the sink and the dead-letter topic are
 // reachable, and nothing fatal happened.

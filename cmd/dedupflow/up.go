@@ -182,6 +182,14 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 			}
 			return p.Counts()
 		},
+		Advice: func() string {
+			pmu.Lock()
+			defer pmu.Unlock()
+			if p == nil {
+				return ""
+			}
+			return p.Advice()
+		},
 		Logger: log.With("component", "console"),
 	})
 	if err != nil {

@@ -175,6 +175,8 @@ func TestUpConsoleBrowser(t *testing.T) {
 	// Copies act out a publisher retry: one output, two more republishes.
 	publish("Message 6", "789", 3)
 	waitPage("three copies to collapse", counter("republish")+` === "6" && `+counter("emitted")+` === "5"`)
+	// Horizon advice states its basis, and that a handful of copies is not enough.
+	waitPage("the horizon advice", `document.querySelector("#advice").textContent.startsWith("not enough data for horizon advice: 6 republished copies")`)
 	if n := dialogs.Load(); n != 0 {
 		t.Errorf("%d JavaScript dialogs opened, want none", n)
 	}
