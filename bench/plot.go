@@ -42,7 +42,7 @@ func (e *env) writePlots(dir string) error {
 			p, err = e.linePlot(rows)
 		case "replicas":
 			path := filepath.Join(dir, s+".png")
-			if err := e.replicaPlot(rows, titles[s]+" — "+e.machine.short(), path); err != nil {
+			if err := e.replicaPlot(rows, titles[s]+" — "+e.plotMachine(rows), path); err != nil {
 				return fmt.Errorf("plot %s: %w", s, err)
 			}
 			e.logf("wrote %s", path)
@@ -53,7 +53,7 @@ func (e *env) writePlots(dir string) error {
 		if err != nil {
 			return fmt.Errorf("plot %s: %w", s, err)
 		}
-		p.Title.Text = titles[s] + "\n" + e.machine.short()
+		p.Title.Text = titles[s] + "\n" + e.plotMachine(rows)
 		path := filepath.Join(dir, s+".png")
 		if err := p.Save(22*vg.Centimeter, 12*vg.Centimeter, path); err != nil {
 			return fmt.Errorf("save %s: %w", path, err)
@@ -82,10 +82,14 @@ func (e *env) linePlot(rows []row) (*plot.Plot, error) {
 		if _, err := fmt.Sscanf(r.group, "%g%%", &pct); err != nil {
 			continue
 		}
-		if _, ok := pts[r.name]; !ok {
-			names = append(names, r.name)
+		name := r.name
+		if r.from > 0 {
+			name += " (run " + runLetter(r.from) + ")" // rows of another run are another line
 		}
-		pts[r.name] = append(pts[r.name], plotter.XY{X: pct, Y: r.median()})
+		if _, ok := pts[name]; !ok {
+			names = append(names, name)
+		}
+		pts[name] = append(pts[name], plotter.XY{X: pct, Y: r.median()})
 	}
 	for i, n := range names {
 		l, s, err := plotter.NewLinePoints(pts[n])
@@ -251,4 +255,15 @@ func (e *env) replicaPlot(rows []row, title, path string) error {
 		return fmt.Errorf("save %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// plotMachine is the machine a plot's rows were measured on, and their run
+// when the report holds rows of several.
+func (e *env) plotMachine(rows []row) string {
+	for _, r := range rows[1:] {
+		if r.from != rows[0].from {
+			return "rows of several runs: see the table's machine column"
+		}
+	}
+	return e.machineOf(rows[0])
 }
