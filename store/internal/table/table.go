@@ -240,39 +240,14 @@ func (t *Table) sweep(k int, now uint64) (removed bool) {
 	return removed
 }
 
-// resize moves the entries to a table of size slots. A key's home is
-// monotone in its hash in a table of any size, so the old table, read in
-// order, is (but for the ties of a home and the stretch that wrapped past
-// its end) already in the new table's order: most entries go straight to
-// the slot after the last one placed, or their home if that is further,
-// with no probing and no displacement.
 func (t *Table) resize(size int) {
 	old := t.slots
 	t.slots = make([]entry, size)
 	t.n, t.cursor = 0, 0
-	last, lastHome := -1, 0
-	var wrapped []entry
 	for i := range old {
-		e := old[i]
-		if e.empty() {
-			continue
+		if !old[i].empty() {
+			t.insert(old[i])
 		}
-		if h := int(hiMul(e.lo, len(old))); h > i {
-			wrapped = append(wrapped, e) // its stretch wrapped: placed last
-			continue
-		}
-		h := t.home(e.lo)
-		at := max(h, last+1)
-		if h < lastHome || at >= size || !t.slots[at].empty() {
-			t.insert(e)
-			continue
-		}
-		t.slots[at] = e
-		t.n++
-		last, lastHome = at, h
-	}
-	for _, e := range wrapped {
-		t.insert(e)
 	}
 }
 
