@@ -265,6 +265,7 @@ func (b *Broker) deadLetterLocked(s *subscription, it item, now int64) bool {
 	b.publishLocked(t, encodeBody(it.m.data(), attrs), it.m.key, size, now)
 	b.finishLocked(s, it.m)
 	b.releaseKeyLocked(s, it.m)
+	s.deadLettered++
 	return true
 }
 

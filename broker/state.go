@@ -108,6 +108,9 @@ type subscription struct {
 	// succeed is told so instead of "invalid ack ID".
 	acked      map[uint64]int64
 	ackedOrder deque[uint64]
+	// deadLettered counts messages moved to the dead-letter topic since the
+	// broker started, for Overview.
+	deadLettered int64
 	// replay is used instead of the queues while the log is replayed.
 	replay *replaySet
 	pusher *pusher // delivers a push subscription; nil for pull

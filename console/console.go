@@ -67,6 +67,9 @@ type Options struct {
 	// the console answers to; any other Host header is refused, which stops
 	// DNS-rebinding pages from reaching a console bound to loopback.
 	AllowedHosts []string
+	// BrokerPage, when set, is served at /broker and linked from the
+	// page: the embedded broker's own view (package brokerpage).
+	BrokerPage http.Handler
 }
 
 // Console serves the web console. It serves once: Serve releases what New

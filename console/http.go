@@ -1,7 +1,6 @@
 package console
 
 import (
-	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -57,29 +56,17 @@ func (c *Console) routes() (http.Handler, error) {
 	// browser will not let another origin read the GET responses.
 	mux.Handle("POST /api/publish", c.guard(http.HandlerFunc(c.publish)))
 	mux.Handle("POST /api/redeliver", c.guard(http.HandlerFunc(c.redeliver)))
-	return localguard.Host(c.o.AllowedHosts, deny, headers(mux)), nil
-}
-
-func headers(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hd := w.Header()
-		hd.Set("Content-Security-Policy", csp)
-		hd.Set("X-Content-Type-Options", "nosniff")
-		hd.Set("Referrer-Policy", "no-referrer")
-		hd.Set("X-Frame-Options", "DENY")
-		h.ServeHTTP(w, r)
-	})
+	if c.o.BrokerPage != nil {
+		mux.Handle("/broker", c.o.BrokerPage)
+		mux.Handle("/broker/", c.o.BrokerPage)
+	}
+	return localguard.Host(c.o.AllowedHosts, deny, localguard.PageHeaders(csp, mux)), nil
 }
 
 // guard admits only same-origin requests that carry the page's CSRF token,
 // and bounds the body.
 func (c *Console) guard(h http.Handler) http.Handler {
-	return localguard.SameSite(true, deny, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := r.Header.Get("X-CSRF-Token")
-		if subtle.ConstantTimeCompare([]byte(got), []byte(c.token)) != 1 {
-			writeErr(w, http.StatusForbidden, "", "missing or stale page token: reload the console and try again")
-			return
-		}
+	return localguard.SameSite(true, deny, localguard.Token(c.token, deny, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 		if err := r.ParseForm(); err != nil {
 			var tooBig *http.MaxBytesError
@@ -91,7 +78,7 @@ func (c *Console) guard(h http.Handler) http.Handler {
 			return
 		}
 		h.ServeHTTP(w, r)
-	}))
+	})))
 }
 
 func deny(w http.ResponseWriter, _ *http.Request, code int, msg string) {
@@ -100,12 +87,13 @@ func deny(w http.ResponseWriter, _ *http.Request, code int, msg string) {
 		http.Error(w, msg+" (open the console by its IP address or as localhost)", code)
 		return
 	}
-	writeErr(w, code, "", msg+": publish from the console's own page")
+	writeErr(w, code, "", msg)
 }
 
 type pageData struct {
 	Token, Input, Output, PipelineSub, OutputSub, IDAttribute, EventTimeAttribute, Horizon string
 	MaxKey, MaxMessage, MaxCopies                                                          int
+	BrokerPage                                                                             bool
 }
 
 func (c *Console) index(w http.ResponseWriter, r *http.Request, page *template.Template) {
@@ -116,6 +104,7 @@ func (c *Console) index(w http.ResponseWriter, r *http.Request, page *template.T
 		PipelineSub: c.o.PipelineSubscription.ID, OutputSub: c.o.OutputSubscription.ID,
 		IDAttribute: c.o.IDAttribute, EventTimeAttribute: c.o.EventTimeAttribute,
 		Horizon: c.o.Horizon.String(), MaxKey: limits.AttributeValueBytes, MaxMessage: maxMessageBytes, MaxCopies: maxCopies,
+		BrokerPage: c.o.BrokerPage != nil,
 	})
 	if err != nil {
 		c.log.Warn("console: render page", "err", err)

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -12,6 +16,7 @@ import (
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/console/brokerpage"
 )
 
 // brokerConfig is what `dedupflow broker` is told.
@@ -27,6 +32,7 @@ type brokerConfig struct {
 	subs       listFlag // TOPIC:SUBSCRIPTION, checked by Set
 	bootstrap  string
 	allowHosts listFlag
+	console    string
 }
 
 // listFlag is a flag that repeats; each value may also be a comma-separated
@@ -65,6 +71,7 @@ func topicAndSub(v string) (topic, sub string, err error) {
 
 func (b *brokerConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.listen, "listen", "127.0.0.1:8085", "`host:port` to serve gRPC and the REST API on (port 0 picks a free one)")
+	fs.StringVar(&b.console, "console", "", "`host:port` to serve the broker's web page on, at /broker (off when empty; give a loopback address unless others should reach it)")
 	fs.Var(&b.allowHosts, "allow-host", "host `name`, besides localhost and IP addresses, under which the REST API may be called (repeats; other names are refused, against DNS rebinding)")
 	fs.StringVar(&b.dataDir, "data-dir", "", "`dir`ectory that makes topics, subscriptions and unacknowledged messages durable; empty keeps everything in memory")
 	fs.BoolVar(&b.noSync, "no-sync", false, "with --data-dir, skip fsync: messages survive the process dying, not a power loss")
@@ -127,7 +134,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlags("broker", stderr)
 	cfg.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: dedupflow broker [--listen host:port] [--data-dir DIR] [--no-sync] [-v] [--allow-host NAME]...")
+		fmt.Fprintln(stderr, "usage: dedupflow broker [--listen host:port] [--data-dir DIR] [--no-sync] [-v] [--allow-host NAME]... [--console host:port]")
 		fmt.Fprintln(stderr, "         [--project P] [--topic T]... [--subscription T:S]... [--bootstrap FILE]")
 		fmt.Fprintln(stderr, "\nServes the google.pubsub.v1 API over gRPC and REST on one port; point clients at it with")
 		fmt.Fprintln(stderr, "PUBSUB_EMULATOR_HOST, gcloud with CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB=http://host:port/.")
@@ -176,9 +183,47 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	log.Info("broker listening", "addr", addr, "durability", durability)
 	fmt.Fprintf(stdout, "export PUBSUB_EMULATOR_HOST=%s\n", addr)
 
+	stopPage := func(context.Context) {}
+	if cfg.console != "" {
+		if stopPage, err = serveBrokerPage(b, cfg, log, stdout); err != nil {
+			b.Close()
+			return err
+		}
+	}
 	<-ctx.Done()
 	log.Info("broker shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	stopPage(sctx)
 	return b.Shutdown(sctx)
+}
+
+// serveBrokerPage serves the broker's web page on --console until stop.
+func serveBrokerPage(b *broker.Broker, cfg brokerConfig, log *slog.Logger, stdout io.Writer) (stop func(context.Context), err error) {
+	h, err := brokerpage.New(b, brokerpage.Options{AllowedHosts: cfg.allowHosts.vals, Logger: log.With("component", "console")})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.console)
+	if err != nil {
+		return nil, fmt.Errorf("--console %s: %w", cfg.console, err)
+	}
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
+		log.Warn("the broker page listens beyond loopback, without authentication: anyone who can reach it can publish and seek", "addr", ln.Addr().String())
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("broker page stopped", "err", err)
+		}
+	}()
+	fmt.Fprintf(stdout, "# broker page: http://%s/broker\n", dialable(ln.Addr().String()))
+	return func(ctx context.Context) {
+		if srv.Shutdown(ctx) != nil {
+			srv.Close()
+		}
+		<-done
+	}, nil
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"net/http"
 	"regexp"
 	"strconv"
 	"testing"
@@ -20,14 +19,8 @@ var seriesLine = regexp.MustCompile(`(?m)^(dedupflow_(?:received_total|messages_
 // scrapeOutcomes reads the pipeline's counters from /metrics.
 func scrapeOutcomes(t *testing.T, url string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
 	got := map[string]float64{}
-	for _, m := range seriesLine.FindAllStringSubmatch(string(b), -1) {
+	for _, m := range seriesLine.FindAllStringSubmatch(getPage(t, url), -1) {
 		v, _ := strconv.ParseFloat(m[3], 64)
 		name := m[2]
 		if name == "" {

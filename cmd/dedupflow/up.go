@@ -22,6 +22,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/console"
+	"github.com/dedupflow/dedupflow/console/brokerpage"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
@@ -165,7 +166,12 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 		pmu sync.Mutex
 		p   *pipeline.Pipeline
 	)
+	bpage, err := brokerpage.New(b, brokerpage.Options{Logger: log.With("component", "console")})
+	if err != nil {
+		return err
+	}
 	con, err := console.New(console.Options{
+		BrokerPage:           bpage,
 		Client:               c,
 		InputTopic:           n.in,
 		PipelineSubscription: n.pipelineSub,

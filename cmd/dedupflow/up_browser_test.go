@@ -13,31 +13,11 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
-	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/internal/testenv/browser"
 )
 
 // newBrowser starts headless Chromium for a test.
-func newBrowser(t *testing.T) context.Context {
-	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(testenv.Chromium(t)),
-		chromedp.Headless,
-		chromedp.NoSandbox, // tests run as root
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1000),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelTab := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelTab(); cancelAlloc() })
-	return ctx
-}
+func newBrowser(t *testing.T) context.Context { return browser.New(t) }
 
 // TestUpConsoleBrowser drives the console of an in-process `dedupflow up`
 // from real Chromium: the seed scenario through the form, a redelivery, and
@@ -48,30 +28,12 @@ func TestUpConsoleBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
 	defer cancel()
 
-	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			t.Fatalf("%s: %v\nstderr:\n%s", what, err, up.stderr)
-		}
+	tab := &browser.Tab{T: t, Ctx: ctx}
+	tab.Report = func() string {
+		return fmt.Sprintf("counters: %s\nrows: %s\nstatus: %s\nstderr:\n%s", tab.Eval(jsCounts), tab.Eval(jsRows),
+			tab.Eval(`document.getElementById("form-status").textContent + " | " + document.getElementById("redeliver-status").textContent`), up.stderr)
 	}
-	eval := func(js string) string {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
-		if err != nil {
-			t.Fatalf("evaluate %s: %v", js, err)
-		}
-		return v
-	}
-	// waitPage waits until a JavaScript condition holds, reporting the
-	// page's state when it does not.
-	waitPage := func(what, cond string) {
-		t.Helper()
-		_, err := chromedp.Run(ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(15*time.Second), chromedp.WithPollingInterval(50*time.Millisecond)))
-		if err != nil {
-			t.Fatalf("waiting for %s: %v\ncounters: %s\nrows: %s\nstatus: %s",
-				what, err, eval(jsCounts), eval(jsRows), eval(`document.getElementById("form-status").textContent + " | " + document.getElementById("redeliver-status").textContent`))
-		}
-	}
+	do, eval, waitPage := tab.Do, tab.Eval, tab.Wait
 	publish := func(message, key string, copies int) {
 		t.Helper()
 		do("fill the form",

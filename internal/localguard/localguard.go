@@ -8,6 +8,9 @@
 package localguard
 
 import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -69,6 +72,41 @@ func SameSite(unsafeOnly bool, deny Deny, h http.Handler) http.Handler {
 			deny(w, r, http.StatusForbidden, "cross-site request refused: "+err.Error())
 			return
 		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// NewToken returns a random token for a page to send back with its
+// requests (see Token).
+func NewToken() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make page token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Token refuses, with 403 Forbidden, requests whose X-CSRF-Token header is
+// not token: only the page that embeds it can send one.
+func Token(token string, deny Deny, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("X-CSRF-Token")), []byte(token)) != 1 {
+			deny(w, r, http.StatusForbidden, "missing or stale page token: reload the page and try again")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// PageHeaders sets the headers every page of a local server sends: its
+// Content-Security-Policy, and no sniffing, referrers or framing.
+func PageHeaders(csp string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", csp)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("X-Frame-Options", "DENY")
 		h.ServeHTTP(w, r)
 	})
 }
