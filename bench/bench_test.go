@@ -149,3 +149,19 @@ func TestSettleKeepsEarlierRows(t *testing.T) {
 		t.Errorf("ratio across runs: %q", e.ratio(r))
 	}
 }
+
+func TestParseInfo(t *testing.T) {
+	info := "# Stats\r\ntotal_commands_processed:1200\r\ntotal_reads_processed:40\r\ntotal_net_input_bytes:9000\r\n" +
+		"total_net_output_bytes:700\r\n# Memory\r\nused_memory:123456\r\n# Commandstats\r\n" +
+		"cmdstat_set:calls=1100,usec=900,usec_per_call=0.82,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=3,usec=90,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n# Keyspace\r\ndb0:keys=500,expires=500,avg_ttl=599000\r\n"
+	s := parseInfo(info)
+	if s.commands != 1200 || s.reads != 40 || s.netIn != 9000 || s.netOut != 700 || s.usedMemory != 123456 || s.keys != 500 ||
+		s.calls["set"] != 1100 || s.calls["info"] != 3 {
+		t.Fatalf("parsed %+v", s)
+	}
+	d := s.sub(parseInfo("total_commands_processed:200\r\ncmdstat_set:calls=100,usec=1\r\n"))
+	if d.commands != 1000 || d.calls["set"] != 1000 {
+		t.Fatalf("difference %+v", d)
+	}
+}

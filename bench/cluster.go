@@ -141,11 +141,20 @@ type nodeStats struct {
 }
 
 func (n *clusterNode) stats(ctx context.Context) (nodeStats, error) {
-	s := nodeStats{calls: map[string]int64{}}
 	info, err := n.rdb.Info(ctx, "stats", "memory", "commandstats", "keyspace").Result()
 	if err != nil {
-		return s, fmt.Errorf("redis node %s: info: %w", n.addr, err)
+		return nodeStats{}, fmt.Errorf("redis node %s: info: %w", n.addr, err)
 	}
+	s := parseInfo(info)
+	if s.cpu, err = procCPU(n.pid); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// parseInfo reads the counters the bench uses from INFO's text.
+func parseInfo(info string) nodeStats {
+	s := nodeStats{calls: map[string]int64{}}
 	fields := map[string]*int64{"total_commands_processed": &s.commands, "total_reads_processed": &s.reads,
 		"total_net_input_bytes": &s.netIn, "total_net_output_bytes": &s.netOut, "used_memory": &s.usedMemory}
 	for _, l := range strings.Split(info, "\n") {
@@ -165,10 +174,7 @@ func (n *clusterNode) stats(ctx context.Context) (nodeStats, error) {
 			s.keys, _ = strconv.ParseInt(keys, 10, 64)
 		}
 	}
-	if s.cpu, err = procCPU(n.pid); err != nil {
-		return s, err
-	}
-	return s, nil
+	return s
 }
 
 // snapshot reads every node's stats.

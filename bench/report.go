@@ -91,6 +91,8 @@ func num(v float64) string {
 		return b.String()
 	case v != 0 && math.Abs(v) < 1:
 		return strconv.FormatFloat(v, 'f', 3, 64) // per-message counts such as 0.034 reads
+	case math.Abs(v) < 10:
+		return strconv.FormatFloat(v, 'f', 2, 64) // 1.76 commands per message
 	default:
 		return strconv.FormatFloat(v, 'f', 1, 64)
 	}
