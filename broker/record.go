@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
+	"slices"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/limits"
@@ -311,73 +314,112 @@ func (b *Broker) applyRecord(p []byte) error {
 	return nil
 }
 
-// checkpoint encodes the whole live state as records: counters, topics,
-// subscriptions, snapshots, then every message somebody still holds, once,
-// with the subscriptions and snapshots that hold it. Replaying it rebuilds
-// the state exactly.
-func (b *Broker) checkpoint(emit func(typ byte, enc func([]byte) []byte) error) error {
-	if err := emit(recCounters, func(d []byte) []byte {
+// capture is the live state as a checkpoint writes it: the configuration
+// records, encoded while the state is locked, and every held message with
+// who holds it, encoded after.
+type capture struct {
+	head []byte
+	held []holding
+}
+
+// holding says that a subscription or snapshot (id), or the topic's
+// retention (retained), holds m.
+type holding struct {
+	m        *message
+	id       uint64
+	retained bool
+}
+
+// captureLocked takes the capture: counters, topics, subscriptions and
+// snapshots as records, and a pointer per holding. It costs a copy of
+// pointers; the encoding of the messages happens in write.
+func (b *Broker) captureLocked() *capture {
+	cp := &capture{}
+	emit := func(typ byte, enc func([]byte) []byte) error {
+		cp.head = appendFrame(cp.head, typ, enc)
+		return nil
+	}
+	emit(recCounters, func(d []byte) []byte {
 		return binary.AppendUvarint(binary.AppendUvarint(d, b.nextSeq), b.nextID)
-	}); err != nil {
-		return err
-	}
-	if err := b.checkpointSchemas(emit); err != nil {
-		return err
-	}
+	})
 	for _, t := range sortedByID(b.topicByID) {
-		if err := emit(recTopic, func(d []byte) []byte { return appendProto(binary.AppendUvarint(d, t.id), t.proto) }); err != nil {
-			return err
-		}
+		emit(recTopic, func(d []byte) []byte { return appendProto(binary.AppendUvarint(d, t.id), t.proto) })
 	}
 	subs := sortedByID(b.subByID)
+	n := 0
 	for _, s := range subs {
-		if err := emit(recSub, func(d []byte) []byte { return appendSub(d, s) }); err != nil {
-			return err
-		}
+		emit(recSub, func(d []byte) []byte { return appendSub(d, s) })
+		n += s.held
 	}
-	type holders struct {
-		m        *message
-		subs     []uint64
-		retained bool
-	}
-	live := map[uint64]*holders{}
-	get := func(m *message) *holders {
-		h := live[m.seq]
-		if h == nil {
-			h = &holders{m: m}
-			live[m.seq] = h
-		}
-		return h
-	}
+	cp.held = make([]holding, 0, n)
 	for _, s := range subs {
-		s.forEachHeld(func(m *message) { h := get(m); h.subs = append(h.subs, s.id) })
+		s.forEachHeld(func(m *message) { cp.held = append(cp.held, holding{m: m, id: s.id}) })
 	}
-	if err := b.checkpointSnapshots(emit, func(m *message, id uint64) { h := get(m); h.subs = append(h.subs, id) }); err != nil {
-		return err
-	}
+	b.checkpointSnapshots(emit, func(m *message, id uint64) { cp.held = append(cp.held, holding{m: m, id: id}) })
 	for _, t := range b.topicByID {
 		for i := 0; i < t.retained.len(); i++ {
-			get(t.retained.at(i)).retained = true
+			cp.held = append(cp.held, holding{m: t.retained.at(i), retained: true})
 		}
 	}
-	for _, seq := range sortedKeys(live) {
-		h := live[seq]
-		err := emit(recHeld, func(d []byte) []byte {
-			d = appendMessage(d, h.m)
-			if h.retained {
+	return cp
+}
+
+// appendFrame appends one framed record (see wal) built by enc.
+func appendFrame(dst []byte, typ byte, enc func([]byte) []byte) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, typ)
+	dst = enc(dst)
+	binary.LittleEndian.PutUint32(dst[start:], uint32(len(dst)-start-8))
+	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(dst[start+8:], crcTable))
+	return dst
+}
+
+// write writes the checkpoint: the head, then one recHeld record per held
+// message in publish order, listing its holders. Replaying it rebuilds the
+// captured state exactly. It gives up with errClosed when stop is closed.
+func (cp *capture) write(w io.Writer, stop <-chan struct{}) (int64, error) {
+	// Queues are mostly in publish order already, which the sort exploits.
+	slices.SortFunc(cp.held, func(a, b holding) int { return cmpSeq(a.m.seq, b.m.seq) })
+	size := int64(len(cp.head))
+	if _, err := w.Write(cp.head); err != nil {
+		return 0, err
+	}
+	var frame []byte
+	var ids []uint64
+	for i := 0; i < len(cp.held); {
+		if i%4096 == 0 {
+			select {
+			case <-stop:
+				return 0, errClosed
+			default:
+			}
+		}
+		m, retained := cp.held[i].m, false
+		ids = ids[:0]
+		for ; i < len(cp.held) && cp.held[i].m.seq == m.seq; i++ {
+			if cp.held[i].retained {
+				retained = true
+			} else {
+				ids = append(ids, cp.held[i].id)
+			}
+		}
+		frame = appendFrame(frame[:0], recHeld, func(d []byte) []byte {
+			d = appendMessage(d, m)
+			if retained {
 				d = append(d, 1)
 			} else {
 				d = append(d, 0)
 			}
-			d = binary.AppendUvarint(d, uint64(len(h.subs)))
-			for _, id := range h.subs {
+			d = binary.AppendUvarint(d, uint64(len(ids)))
+			for _, id := range ids {
 				d = binary.AppendUvarint(d, id)
 			}
 			return d
 		})
-		if err != nil {
-			return err
+		size += int64(len(frame))
+		if _, err := w.Write(frame); err != nil {
+			return 0, err
 		}
 	}
-	return nil
+	return size, nil
 }

@@ -39,8 +39,7 @@ func (b *Broker) openStore() error {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		b.wal = newWAL(nil, 0, b.opts.NoSync, b.log)
-		if err := b.compactLocked(); err != nil { // an empty, synced log
+		if err := b.createLog(path); err != nil {
 			return err
 		}
 	case err != nil:
@@ -145,63 +144,112 @@ func (b *Broker) replay(f *os.File) (end, live int64, err error) {
 	return off, live, nil
 }
 
-// compactLocked writes the current state as a new log and swaps it in
-// atomically (write, fsync, rename, fsync the directory). Records that were
-// appended but not yet written are already part of the state, so they are
-// dropped from the buffer and their waiters released. It runs with b.mu
-// held, so nothing changes meanwhile; its cost is proportional to the live
-// state, and the next one waits until the log has doubled.
-func (b *Broker) compactLocked() error {
+// compact writes the current state as a new log and swaps it in
+// atomically (write, fsync, rename, fsync the directory) without stopping
+// the broker: the state is captured under b.mu (pointers to the immutable
+// messages, the configuration records), the checkpoint is encoded and
+// written outside it, and records appended meanwhile are kept aside by the
+// log and copied after the checkpoint. Only that copy's last piece, the
+// swap and their fsync hold the log's lock.
+func (b *Broker) compact() error {
 	w := b.wal
-	w.writeMu.Lock()
-	defer w.writeMu.Unlock()
-	dir := b.opts.DataDir
-	path := filepath.Join(dir, logName)
+	path := filepath.Join(b.opts.DataDir, logName)
+	b.mu.Lock()
+	w.mu.Lock()
+	w.tailing, w.tail = true, nil
+	w.mu.Unlock()
+	cp := b.captureLocked()
+	b.mu.Unlock()
+	stopTail := func() {
+		w.mu.Lock()
+		w.tailing, w.tail = false, nil
+		w.mu.Unlock()
+	}
+
 	f, err := os.OpenFile(path+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
+		stopTail()
 		return fmt.Errorf("broker: create checkpoint: %w", err)
 	}
+	fail := func(err error) error {
+		stopTail()
+		f.Close()
+		os.Remove(path + ".tmp")
+		return fmt.Errorf("broker: write checkpoint: %w", err)
+	}
 	bw := bufio.NewWriterSize(f, 1<<20)
-	var size int64
-	var frame []byte
-	err = b.checkpoint(func(typ byte, enc func([]byte) []byte) error {
-		frame = append(frame[:0], 0, 0, 0, 0, 0, 0, 0, 0, typ)
-		frame = enc(frame)
-		binary.LittleEndian.PutUint32(frame[0:], uint32(len(frame)-8))
-		binary.LittleEndian.PutUint32(frame[4:], crc32.Checksum(frame[8:], crcTable))
-		size += int64(len(frame))
-		_, err := bw.Write(frame)
-		return err
-	})
+	size, err := cp.write(bw, b.closing)
 	if err == nil {
 		err = bw.Flush()
 	}
+	for err == nil { // what was appended meanwhile, while it is large
+		w.mu.Lock()
+		chunk := w.tail
+		if len(chunk) < 1<<20 {
+			w.mu.Unlock()
+			break
+		}
+		w.tail = nil
+		w.mu.Unlock()
+		_, err = f.Write(chunk)
+		size += int64(len(chunk))
+	}
 	if err == nil {
 		// Always synced, even with NoSync: this file replaces the old log.
+		err = f.Sync()
+	}
+	if err != nil {
+		return fail(err)
+	}
+
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, err = f.Write(w.tail)
+	size += int64(len(w.tail))
+	if err == nil {
 		err = f.Sync()
 	}
 	if err == nil {
 		err = os.Rename(path+".tmp", path)
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = syncDir(b.opts.DataDir)
 	}
 	if err != nil {
+		w.tailing, w.tail = false, nil
 		f.Close()
+		os.Remove(path + ".tmp")
 		return fmt.Errorf("broker: write checkpoint: %w", err)
 	}
-	if w.f != nil {
-		w.f.Close()
-	}
+	w.f.Close()
 	w.f, w.size = f, size
-	w.compactAt = max(minCompactSize, 2*size)
-	w.mu.Lock()
+	w.compactAt = max(minCompactSize, 2*(size-int64(len(w.tail))))
+	// Everything appended so far is in the new file; a batch the writer
+	// took meanwhile belongs to the old one and is not written again.
+	w.tailing, w.tail = false, nil
 	w.buf = w.buf[:0]
 	w.gen++
 	w.durable = w.appended
 	close(w.done)
 	w.done = make(chan struct{})
-	w.mu.Unlock()
+	return nil
+}
+
+// createLog starts an empty data directory with an empty, synced log.
+func (b *Broker) createLog(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		err = syncDir(b.opts.DataDir)
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return fmt.Errorf("broker: create log: %w", err)
+	}
+	b.wal = newWAL(f, 0, b.opts.NoSync, b.log)
 	return nil
 }
 
@@ -224,15 +272,19 @@ func (b *Broker) runCompactor() {
 		case <-b.wal.compact:
 		}
 		start := time.Now()
-		b.mu.Lock()
-		err := b.compactLocked()
-		size := b.wal.size
-		b.mu.Unlock()
+		err := b.compact()
+		if errors.Is(err, errClosed) {
+			return
+		}
 		if err != nil {
 			b.log.Error("log compaction failed; the log keeps growing", "err", err)
 			continue
 		}
-		b.log.Debug("log compacted", "bytes", size, "took", time.Since(start))
+		select { // a request the writer made while this compaction ran
+		case <-b.wal.compact:
+		default:
+		}
+		b.log.Debug("log compacted", "took", time.Since(start))
 	}
 }
 

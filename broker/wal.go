@@ -52,6 +52,11 @@ type wal struct {
 	f       *os.File
 	size    int64 // bytes in f
 
+	// tail keeps a copy of every record appended while a compaction writes
+	// its checkpoint (tailing), to follow the checkpoint in the new file.
+	tailing bool
+	tail    []byte
+
 	// compactAt is the file size that asks for a compaction on compact.
 	compactAt int64
 	compact   chan struct{}
@@ -77,6 +82,9 @@ func (w *wal) finish(start int) {
 	binary.LittleEndian.PutUint32(w.buf[start:], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(w.buf[start+4:], crc32.Checksum(payload, crcTable))
 	w.appended += uint64(len(w.buf) - start)
+	if w.tailing {
+		w.tail = append(w.tail, w.buf[start:]...)
+	}
 	select {
 	case w.kick <- struct{}{}:
 	default:
