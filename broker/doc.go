@@ -147,21 +147,17 @@
 // Why a log of its own rather than bbolt or Pebble: the workload is a queue
 // (append, then delete almost everything soon after), the delivery state is
 // held in memory anyway, and durability only needs the order of changes.
-// BenchmarkStorage (storage_bench_test.go) measures it: 64 concurrent
-// writers, each writing a 150-byte publish record and waiting until it is
-// fsynced, then deleting it (an ack). On the development machine (2 cores,
-// shared with other builds) the log with group commit did 21.6k records/s
-// and bbolt with db.Batch 4.0k/s: every bbolt batch rewrites B+tree pages
-// and fsyncs data and meta pages, and a delete costs as much as an insert,
-// whereas an ack here is a 10-byte append. Pebble would also be a log plus
-// compaction, but a large dependency for a state that already lives in
-// memory. In the broker a Publish RPC carries up to 100 messages in one
-// wait, so the end-to-end durable rate is far above those per-record numbers
-// (see BenchmarkEndToEnd).
+// BenchmarkStorage (storage_bench_test.go) compares the two: with group
+// commit an ack is a 10-byte append, whereas every bbolt batch rewrites
+// B+tree pages and fsyncs data and meta pages, and a delete costs as much
+// as an insert. Pebble would also be a log plus compaction, but a large
+// dependency for a state that already lives in memory. A Publish RPC
+// carries up to 100 messages in one wait, so the end-to-end durable rate
+// is far above the per-record one (BenchmarkEndToEnd); the figures are in
+// BENCHMARKS.md.
 //
 // Memory: a queued message costs its encoded payload and attributes
-// (rounded up to a Go size class) plus about 110 bytes of bookkeeping (an
-// 80-byte message struct, one 24-byte queue slot per subscription, with the
-// ring buffer's spare room); BenchmarkEndToEnd reports heap-B/queued-msg,
-// about 260 for its 100-byte payloads with two attributes.
+// (rounded up to a Go size class) plus a fixed amount of bookkeeping (the
+// message struct, one queue slot per subscription, the ring buffer's spare
+// room); BenchmarkEndToEnd reports it as heap-B/queued-msg.
 package broker
