@@ -48,7 +48,7 @@ func (e *env) writePlots(dir string) error {
 			e.logf("wrote %s", path)
 			continue
 		default:
-			p, err = barPlot(rows)
+			p, err = barPlot(sameUnit(rows))
 		}
 		if err != nil {
 			return fmt.Errorf("plot %s: %w", s, err)
@@ -266,4 +266,16 @@ func (e *env) plotMachine(rows []row) string {
 		}
 	}
 	return e.machineOf(rows[0])
+}
+
+// sameUnit keeps the rows in the first row's unit: one axis cannot show
+// both the broker's rates and its restart times.
+func sameUnit(rows []row) []row {
+	var out []row
+	for _, r := range rows {
+		if r.unit == rows[0].unit {
+			out = append(out, r)
+		}
+	}
+	return out
 }

@@ -62,7 +62,10 @@ func (e *env) benchBroker(ctx context.Context) error {
 			e.add(r)
 		}
 	}
-	return e.benchSchemas(ctx, n)
+	if err := e.benchSchemas(ctx, n); err != nil {
+		return err
+	}
+	return e.benchBrokerRestart(ctx)
 }
 
 // benchSchemas runs BenchmarkSchemaPublish: what checking every message
