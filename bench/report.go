@@ -379,9 +379,14 @@ const howTo = `## How to run
 ` + "```" + `
 go run ./bench --quick                          # smoke test, ~1 min: every contender starts, outputs correct, no files written
 go run ./bench --runs 3 --bento PATH/TO/bento   # full run, ~30 min on 2 cores: writes BENCHMARKS.md and docs/bench/*.png
-go run ./bench --only pipeline --ratios 0.3     # one section, one ratio
+go run ./bench --only pipeline --ratios 0.3     # one section, one ratio; rows of other sections are kept from docs/bench/results.json
+go run ./bench --only pipeline,replicas --ratios 0.3 --runs 3   # the relay floor and CPU ratios (5), replicas on Redis Cluster (6)
+go run ./bench --only pipeline --ratios 0.3 --runs 2 --profile /tmp/prof   # perf profiles of the pipeline rows, /tmp/prof/summary.txt
 go run ./bench --save r.json ...; go run ./bench --load r.json   # redraw the report and plots without measuring
 ` + "```" + `
+
+The replica section also needs ` + "`redis-cli`" + ` (Debian ` + "`redis-tools`" + `, which ` + "`redis-server`" + ` pulls in) to join its
+cluster, and ` + "`--profile`" + ` needs Linux ` + "`perf`" + ` (Debian ` + "`linux-perf`" + `).
 
 The bench starts what it needs on loopback ports and stops it, also on Ctrl-C: Google's emulator
 (Debian ` + "`google-cloud-cli-pubsub-emulator`" + `), ` + "`redis-server --save ''`" + `, the pipeline built from this tree,
