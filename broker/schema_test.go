@@ -82,6 +82,11 @@ func TestAvroSchema(t *testing.T) {
 		{"binary valid", pb.Encoding_BINARY, string(bin), true},
 		{"binary truncated", pb.Encoding_BINARY, string(bin[:len(bin)-2]), false},
 		{"binary is JSON", pb.Encoding_BINARY, `{"id":"o-1"}`, false},
+		{"binary by hand", pb.Encoding_BINARY, "\x02o\x06\x00\x02\x00", true},
+		{"binary enum index out of range", pb.Encoding_BINARY, "\x02o\x06\x00\x0a\x00", false},
+		{"binary union index out of range", pb.Encoding_BINARY, "\x02o\x06\x06\x02\x00", false},
+		{"binary negative string length", pb.Encoding_BINARY, "\x01o\x06\x00\x02\x00", false},
+		{"binary array of two", pb.Encoding_BINARY, "\x02o\x06\x02\x02x\x02\x04\x02a\x02b\x00", true},
 	}
 	forEachTarget(t, []string{"emulator"}, func(t *testing.T, tg target) {
 		ctx := context.Background()
