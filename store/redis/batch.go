@@ -85,6 +85,12 @@ func (o *op) finish(err error) {
 	o.done <- struct{}{} // never blocks: one answer per use, cap 1
 }
 
+// commitArgs is a commit's SET.
+func (o *op) commitArgs() []any {
+	o.args = [7]any{"set", &o.key, &o.val, "px", &o.ttl}
+	return o.args[:5]
+}
+
 // tag is the message's tag, for the rare claim that meets a record.
 func (o *op) tag() string { return strconv.FormatUint(uint64(dedup.MsgTag(o.msgID)), 10) }
 
@@ -94,6 +100,8 @@ type batcher struct {
 	rdb     goredis.UniversalClient
 	max     int
 	timeout time.Duration
+	wait    int // Options.Wait
+	cluster bool
 
 	ops sync.Pool // *op, recycled by do once answered
 
@@ -110,9 +118,10 @@ type batcher struct {
 
 func newBatcher(s *Store, opt Options) *batcher {
 	b := &batcher{
-		rdb: s.rdb, max: opt.MaxBatch, timeout: opt.Timeout,
+		rdb: s.rdb, max: opt.MaxBatch, timeout: opt.Timeout, wait: opt.Wait,
 		wake: make(chan struct{}, 1), stop: make(chan struct{}),
 	}
+	_, b.cluster = s.rdb.(*goredis.ClusterClient)
 	b.ops.New = func() any { return &op{done: make(chan struct{}, 1)} }
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	for range opt.Pipelines {
@@ -227,6 +236,17 @@ func (b *batcher) close() {
 func (b *batcher) exec(batch []*op) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.timeout)
 	defer cancel()
+	if b.wait > 0 {
+		var commits []*op
+		if commits, batch = splitCommits(batch); len(commits) > 0 {
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			wg.Go(func() { b.commitWait(ctx, commits) })
+		}
+		if len(batch) == 0 {
+			return
+		}
+	}
 	pipe := b.rdb.Pipeline()
 	cmds := make([]*goredis.Cmd, len(batch))
 	for i, o := range batch {
@@ -235,8 +255,7 @@ func (b *batcher) exec(batch []*op) {
 			o.args = [7]any{"set", &o.key, &o.val, "nx", "get", "px", &o.ttl}
 			cmds[i] = pipe.Do(ctx, o.args[:]...)
 		case opCommit:
-			o.args = [7]any{"set", &o.key, &o.val, "px", &o.ttl}
-			cmds[i] = pipe.Do(ctx, o.args[:5]...)
+			cmds[i] = pipe.Do(ctx, o.commitArgs()...)
 		case opRelease:
 			cmds[i] = releaseScript.EvalSha(ctx, pipe, []string{o.key}, o.msgID)
 		}
@@ -260,12 +279,37 @@ func (b *batcher) exec(batch []*op) {
 		case o.kind == opRelease && goredis.HasErrorPrefix(err, "NOSCRIPT"):
 			again = append(again, o)
 		default:
-			o.finish(classify(err))
+			o.finish(b.classify(err))
 		}
 	}
 	if len(again) > 0 {
 		b.scripts(ctx, again)
 	}
+}
+
+// splitCommits parts batch into its commits, which commitWait sends, and
+// the rest (new slices: batch is the batcher's buffer).
+func splitCommits(batch []*op) (commits, rest []*op) {
+	for _, o := range batch {
+		if o.kind == opCommit {
+			commits = append(commits, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	return commits, rest
+}
+
+// classify is the package's classify, except that on a cluster a MOVED or
+// ASK that reaches us (go-redis follows them, up to MaxRedirects) is a
+// failover or a resharding still settling, not a misconfiguration: it is
+// unavailable, and the slot map is reloaded for the retry.
+func (b *batcher) classify(err error) error {
+	if b.cluster && (goredis.HasErrorPrefix(err, "MOVED") || goredis.HasErrorPrefix(err, "ASK")) {
+		b.rdb.(*goredis.ClusterClient).ReloadState(b.ctx)
+		return fmt.Errorf("%w: %w", dedup.ErrUnavailable, err)
+	}
+	return classify(err)
 }
 
 // judge decides a claim from the record SET NX GET found. It reports
@@ -324,11 +368,11 @@ func (b *batcher) scripts(ctx context.Context, ops []*op) {
 			missing = append(missing, o)
 			continue
 		}
-		o.scripted(cmds[i])
+		o.scripted(cmds[i], b.classify)
 	}
 	if len(missing) > 0 {
 		for i, cmd := range run(true, missing) {
-			missing[i].scripted(cmd)
+			missing[i].scripted(cmd, b.classify)
 		}
 	}
 }
@@ -346,7 +390,7 @@ func replyErr(cmd *goredis.Cmd, perr error) error {
 }
 
 // scripted answers an op from its script's reply.
-func (o *op) scripted(cmd *goredis.Cmd) {
+func (o *op) scripted(cmd *goredis.Cmd, classify func(error) error) {
 	n, err := cmd.Int()
 	if err != nil {
 		o.finish(classify(err))

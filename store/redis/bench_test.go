@@ -153,3 +153,34 @@ func BenchmarkClaimCommit(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
+
+// BenchmarkCommitWait: a claim of a new key and its commit, 1000 callers,
+// against a master and one replica of the benchmark's own, with and
+// without wait=1 (each commit confirmed by the replica) in the same run.
+//
+//	go test -run '^$' -bench CommitWait -benchtime 3s ./store/redis
+func BenchmarkCommitWait(b *testing.B) {
+	url, _, _ := startReplicated(b)
+	for _, q := range []string{"wait=0", "wait=1"} {
+		b.Run(q, func(b *testing.B) {
+			s := open(b, url+"?"+q, Options{Prefix: "bench:"})
+			ctx, now := context.Background(), time.Now()
+			parallel(b, callers)
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					k := benchKey()
+					if _, err := s.Claim(ctx, dedup.Claim{Key: k, MsgID: "m", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {
+						b.Error(err)
+						return
+					}
+					if err := s.Commit(ctx, k, "m", now.Add(time.Minute)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		})
+	}
+}

@@ -93,6 +93,9 @@ type Options struct {
 	// (a stalled or slow stream), and without slack Redis would forget
 	// keys that event time still holds.
 	TTLSlack time.Duration
+	// Wait is how many replicas must confirm a commit (WAIT) before it
+	// returns; 0, the default, returns once the master has it. See wait.go.
+	Wait int
 }
 
 // Store is the Redis store.
@@ -116,17 +119,20 @@ var _ dedup.Store = (*Store)(nil)
 // or rediss:// for TLS, with go-redis's query options (dial_timeout=,
 // pool_size=, ...) and two of ours: prefix= overrides Options.Prefix and
 // cluster=true connects to a Redis Cluster (more seed nodes with
-// addr=host:port). It pings the server, so a wrong address or password
-// fails here rather than on the first message.
+// addr=host:port) and wait=N sets Options.Wait. It pings the server, so a
+// wrong address or password fails here rather than on the first message.
 func Open(ctx context.Context, rawURL string, opt Options) (*Store, error) {
 	opt.Logger = logger(opt.Logger)
 	installLog(opt.Logger)
-	rdb, prefix, err := Dial(ctx, rawURL)
+	rdb, uo, err := dial(ctx, rawURL)
 	if err != nil {
 		return nil, err
 	}
-	if prefix != "" {
-		opt.Prefix = prefix
+	if uo.prefix != "" {
+		opt.Prefix = uo.prefix
+	}
+	if uo.wait > 0 {
+		opt.Wait = uo.wait
 	}
 	s := New(rdb, opt)
 	s.own = true
@@ -137,44 +143,63 @@ func Open(ctx context.Context, rawURL string, opt Options) (*Store, error) {
 // it. prefix is the URL's prefix= ("" when absent). The audit's Redis
 // target dials through it too, so both read --state alike.
 func Dial(ctx context.Context, rawURL string) (rdb goredis.UniversalClient, prefix string, err error) {
+	rdb, uo, err := dial(ctx, rawURL)
+	return rdb, uo.prefix, err
+}
+
+// urlOptions are the query options of ours, which go-redis does not know.
+type urlOptions struct {
+	cluster bool
+	prefix  string
+	wait    int
+}
+
+func dial(ctx context.Context, rawURL string) (rdb goredis.UniversalClient, uo urlOptions, err error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, "", fmt.Errorf("parse redis url: %w", err)
+		return nil, uo, fmt.Errorf("parse redis url: %w", err)
 	}
 	q := u.Query()
-	cluster := false
 	if v := q.Get("cluster"); v != "" {
 		switch v {
 		case "true", "1":
-			cluster = true
+			uo.cluster = true
 		case "false", "0":
 		default:
-			return nil, "", fmt.Errorf("redis url: cluster=%q: want true or false", v)
+			return nil, uo, fmt.Errorf("redis url: cluster=%q: want true or false", v)
 		}
 	}
 	if q.Has("prefix") {
-		prefix = q.Get("prefix")
-		if prefix == "" {
-			return nil, "", errors.New("redis url: empty prefix=")
+		uo.prefix = q.Get("prefix")
+		if uo.prefix == "" {
+			return nil, uo, errors.New("redis url: empty prefix=")
 		}
+	}
+	if q.Has("wait") {
+		n, err := strconv.Atoi(q.Get("wait"))
+		if err != nil || n < 0 {
+			return nil, uo, fmt.Errorf("redis url: wait=%q: want a number of replicas, 0 or more", q.Get("wait"))
+		}
+		uo.wait = n
 	}
 	q.Del("cluster")
 	q.Del("prefix")
+	q.Del("wait")
 	u.RawQuery = q.Encode()
-	if cluster {
+	if uo.cluster {
 		co, err := goredis.ParseClusterURL(u.String())
 		if err != nil {
-			return nil, "", fmt.Errorf("parse redis cluster url %s: %w", u.Redacted(), err)
+			return nil, uo, fmt.Errorf("parse redis cluster url %s: %w", u.Redacted(), err)
 		}
 		co.ContextTimeoutEnabled = true
 		rdb = goredis.NewClusterClient(co)
 	} else {
 		if q.Has("addr") {
-			return nil, "", fmt.Errorf("redis url %s: addr= needs cluster=true", u.Redacted())
+			return nil, uo, fmt.Errorf("redis url %s: addr= needs cluster=true", u.Redacted())
 		}
 		o, err := goredis.ParseURL(u.String())
 		if err != nil {
-			return nil, "", fmt.Errorf("parse redis url %s: %w", u.Redacted(), err)
+			return nil, uo, fmt.Errorf("parse redis url %s: %w", u.Redacted(), err)
 		}
 		// Socket deadlines follow each batch's context: without this a
 		// retry starts a fresh read timeout after the deadline has passed,
@@ -184,9 +209,9 @@ func Dial(ctx context.Context, rawURL string) (rdb goredis.UniversalClient, pref
 	}
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
-		return nil, "", fmt.Errorf("connect to redis %s: %w", u.Redacted(), classify(err))
+		return nil, uo, fmt.Errorf("connect to redis %s: %w", u.Redacted(), classify(err))
 	}
-	return rdb, prefix, nil
+	return rdb, uo, nil
 }
 
 // New returns a store over a client the caller made (and closes after the
@@ -292,7 +317,7 @@ return 1
 func (s *Store) extend(ctx context.Context, k dedup.Key, until, now int64) error {
 	err := extendScript.Run(ctx, s.rdb, []string{s.key(k)}, until, max(until-now, 1)+s.slack).Err()
 	if err != nil {
-		return fmt.Errorf("extend key: %w", classify(err))
+		return fmt.Errorf("extend key: %w", s.b.classify(err))
 	}
 	return nil
 }
@@ -343,7 +368,7 @@ func (s *Store) Close() error {
 // server that is starting, failing over, full or out of memory. Replies
 // that retrying cannot fix wrap dedup.ErrFatal: refused credentials or
 // permissions, a database that does not exist, a plain client talking to
-// a cluster or the reverse, a server too old for the commands. Other
+// a cluster (MOVED; on a cluster client see batcher.classify) or the reverse, a server too old for the commands. Other
 // replies are returned as they are.
 func classify(err error) error {
 	if err == nil {

@@ -86,7 +86,7 @@ func TestTTLSlack(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -98,7 +98,7 @@ func freePort(t *testing.T) int {
 
 // startRedis runs a redis-server of the test's own on port and stops it at
 // the end of the test.
-func startRedis(t *testing.T, port int, args ...string) *exec.Cmd {
+func startRedis(t testing.TB, port int, args ...string) *exec.Cmd {
 	t.Helper()
 	all := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)

@@ -1,0 +1,93 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dedupflow/dedupflow/dedup"
+)
+
+// startReplicated runs a master and one replica of the test's own and
+// returns the master's URL, the replica's client and the replica's process.
+func startReplicated(t testing.TB) (url string, replica *goredis.Client, stop func(sig syscall.Signal)) {
+	t.Helper()
+	mport, rport := freePort(t), freePort(t)
+	startRedis(t, mport)
+	rcmd := startRedis(t, rport, "--replicaof", "127.0.0.1", strconv.Itoa(mport))
+	replica = goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", rport)})
+	t.Cleanup(func() { replica.Close() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, _ := replica.Info(context.Background(), "replication").Result()
+		if strings.Contains(info, "master_link_status:up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica not in sync after 10 s:\n%s", info)
+		}
+	}
+	return fmt.Sprintf("redis://127.0.0.1:%d/0", mport), replica,
+		func(sig syscall.Signal) { _ = rcmd.Process.Signal(sig) }
+}
+
+// TestWait: with wait=1 a commit returns once the replica holds it, and
+// fails as unavailable (to be retried) while the replica is frozen.
+func TestWait(t *testing.T) {
+	url, replica, signal := startReplicated(t)
+	s := open(t, url+"?wait=1", Options{Timeout: time.Second})
+	if s.b.wait != 1 {
+		t.Fatalf("wait=1 in the URL set Options.Wait %d", s.b.wait)
+	}
+	ctx, now := context.Background(), time.Now()
+	for i := range 50 {
+		k := dedup.KeyOf(fmt.Sprint("wait", i))
+		if _, err := s.Claim(ctx, dedup.Claim{Key: k, MsgID: "m", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Commit(ctx, k, "m", now.Add(time.Minute)); err != nil {
+			t.Fatalf("commit with the replica up: %v", err)
+		}
+		// Returned means copied: the replica holds the commit already.
+		v, err := replica.Get(ctx, s.key(k)).Result()
+		if err != nil || v[0] != 'd' {
+			t.Fatalf("replica holds %q (%v) right after the commit returned, want the commit", v, err)
+		}
+	}
+
+	signal(syscall.SIGSTOP)
+	defer signal(syscall.SIGCONT)
+	k := dedup.KeyOf("frozen")
+	start := time.Now()
+	err := s.Commit(ctx, k, "m", now.Add(time.Minute))
+	if !errors.Is(err, dedup.ErrUnavailable) || !errors.Is(err, errFewReplicas) {
+		t.Fatalf("commit with the replica frozen: %v, want ErrUnavailable (too few replicas)", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the commit took %v to fail, beyond the store's 1 s timeout", took)
+	}
+	signal(syscall.SIGCONT)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if err = s.Commit(ctx, k, "m", now.Add(time.Minute)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("commit 10 s after the replica's return: %v", err)
+		}
+	}
+}
+
+func TestWaitURL(t *testing.T) {
+	for _, q := range []string{"wait=x", "wait=-1"} {
+		_, err := Open(context.Background(), "redis://127.0.0.1:1/0?"+q, Options{})
+		if err == nil || !strings.Contains(err.Error(), "want a number of replicas") {
+			t.Errorf("%s: %v, want a clear error", q, err)
+		}
+	}
+}
