@@ -139,10 +139,16 @@
 // ack otherwise means one redelivery, which at-least-once allows.
 // Fsyncs are group commits: one writer goroutine flushes everything that
 // concurrent requests appended since its last write, so throughput stays
-// high while every acknowledged publish is durable. At start the log is
-// replayed (a torn tail from a crash is dropped: it was never acknowledged)
-// and rewritten as a compact checkpoint; the same compaction runs when the
-// log has doubled since the last one.
+// high while every acknowledged publish is durable. A restart reads the log
+// once and then serves: replay cuts a torn tail from a crash (it was never
+// acknowledged) and appends after the last intact record instead of
+// rewriting the file first, and compaction, which keeps the log within
+// about twice the live state, runs in the background without stopping the
+// broker (the state is captured under the lock as pointers to the immutable
+// messages, the checkpoint is written outside it, and what was logged
+// meanwhile follows it in the new file). Ack IDs count on from the start
+// time, so an ack sent to the previous process cannot match a lease of this
+// one.
 //
 // Why a log of its own rather than bbolt or Pebble: the workload is a queue
 // (append, then delete almost everything soon after), the delivery state is

@@ -214,15 +214,13 @@ func (b *Broker) compact() error {
 	if err == nil {
 		err = os.Rename(path+".tmp", path)
 	}
-	if err == nil {
-		err = syncDir(b.opts.DataDir)
-	}
 	if err != nil {
 		w.tailing, w.tail = false, nil
 		f.Close()
 		os.Remove(path + ".tmp")
 		return fmt.Errorf("broker: write checkpoint: %w", err)
 	}
+	// Renamed: from here on the new file is the log, whatever else fails.
 	w.f.Close()
 	w.f, w.size = f, size
 	w.compactAt = max(minCompactSize, 2*(size-int64(len(w.tail))))
@@ -231,10 +229,17 @@ func (b *Broker) compact() error {
 	w.tailing, w.tail = false, nil
 	w.buf = w.buf[:0]
 	w.gen++
-	w.durable = w.appended
+	err = syncDir(b.opts.DataDir)
+	if err == nil {
+		w.durable = w.appended
+	} else if w.err == nil {
+		// The rename may not survive a power loss, so what only the new
+		// file holds cannot be promised (sticky, as a failed write).
+		w.err = fmt.Errorf("broker: sync data dir after checkpoint: %w", err)
+	}
 	close(w.done)
 	w.done = make(chan struct{})
-	return nil
+	return err
 }
 
 // createLog starts an empty data directory with an empty, synced log.
