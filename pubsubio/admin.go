@@ -34,10 +34,11 @@ func EnsureSubscription(ctx context.Context, c *pubsub.Client, s, topic Name, ac
 	return nil
 }
 
-// TempSubscription creates a subscription of its own on topic, named after
-// it as Dataflow does, for a pipeline started with --input-topic. Like any
-// new subscription it sees only messages published from now on.
-func TempSubscription(ctx context.Context, c *pubsub.Client, topic Name, ackDeadlineSeconds int32) (Name, error) {
+// TempSubscription creates a subscription of its own on topic, in project
+// (the pipeline's, which may not be the topic's), named after it as Dataflow
+// does, for a pipeline started with --input-topic. Like any new
+// subscription it sees only messages published from now on.
+func TempSubscription(ctx context.Context, c *pubsub.Client, project string, topic Name, ackDeadlineSeconds int32) (Name, error) {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return Name{}, fmt.Errorf("name subscription: %w", err)
@@ -46,7 +47,7 @@ func TempSubscription(ctx context.Context, c *pubsub.Client, topic Name, ackDead
 	if len(id) > 255 {
 		id = "dedupflow-" + hex.EncodeToString(b[:])
 	}
-	s := Name{Project: topic.Project, Kind: "subscriptions", ID: id}
+	s := Name{Project: project, Kind: "subscriptions", ID: id}
 	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
 		Name: s.String(), Topic: topic.String(), AckDeadlineSeconds: ackDeadlineSeconds,
 		// A pipeline that dies without removing it leaves no subscription

@@ -20,12 +20,12 @@ type Name struct {
 
 func (n Name) String() string { return "projects/" + n.Project + "/" + n.Kind + "/" + n.ID }
 
-// TopicName reads a topic given as a short ID (with project) or as
-// projects/P/topics/T.
+// TopicName reads a topic given as a short ID, in project, or as
+// projects/P/topics/T, in P whatever project is.
 func TopicName(project, s string) (Name, error) { return parseName(project, s, "topics") }
 
-// SubscriptionName reads a subscription given as a short ID (with project)
-// or as projects/P/subscriptions/S.
+// SubscriptionName reads a subscription given as a short ID, in project,
+// or as projects/P/subscriptions/S, in P whatever project is.
 func SubscriptionName(project, s string) (Name, error) {
 	return parseName(project, s, "subscriptions")
 }
@@ -41,10 +41,9 @@ func parseName(project, s, kind string) (Name, error) {
 		if len(parts) != 4 || parts[0] != "projects" || parts[2] != kind {
 			return Name{}, fmt.Errorf("malformed %s name %q: want an ID or projects/PROJECT/%s/ID", single, s, kind)
 		}
+		// A full name stands for itself, in whichever project it is:
+		// project only completes short IDs.
 		n.Project, n.ID = parts[1], parts[3]
-		if project != "" && project != n.Project {
-			return Name{}, fmt.Errorf("%s %q is in project %q, not in --project %q", single, s, n.Project, project)
-		}
 	}
 	if n.Project == "" {
 		return Name{}, fmt.Errorf("%s %q needs a project: pass --project or a full projects/P/%s/ID name", single, s, kind)

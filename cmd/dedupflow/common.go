@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+
+	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 // newFlags returns a flag set that reports errors instead of exiting.
@@ -71,4 +73,13 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, o)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", l.format)
+}
+
+// clientProject is the project a client is made for: --project, or else
+// that of the resource it works on (a full name may be in another one).
+func clientProject(project string, n pubsubio.Name) string {
+	if project != "" {
+		return project
+	}
+	return n.Project
 }

@@ -100,7 +100,7 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 // jobConfig is a checked pipeline: what it reads, how it dedups, where
 // it writes.
 type jobConfig struct {
-	project        string // the client's: --project, or the input's
+	project        string // the client's, where our own subscription of --input-topic lives
 	in             pubsubio.Name
 	fromTopic      bool // in is a topic, read through a subscription of our own
 	out            pubsubio.Name
@@ -177,10 +177,7 @@ func (j *jobFlags) resolveNames(c *jobConfig) error {
 	if err != nil {
 		return err
 	}
-	c.project = n.project
-	if c.project == "" {
-		c.project = c.in.Project
-	}
+	c.project = clientProject(n.project, c.in)
 	if c.sink, err = j.checkSink(); err != nil {
 		return err
 	}

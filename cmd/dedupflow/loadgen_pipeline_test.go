@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"regexp"
 	"strconv"
 	"testing"
@@ -55,12 +54,7 @@ func TestLoadgenThroughPipeline(t *testing.T) {
 	if err := pubsubio.EnsureSubscription(ctx, c, in, pubsubio.Name{Project: "test-project", Kind: "topics", ID: "events"}, 30); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := ln.Addr().String()
-	ln.Close()
+	metricsAddr := freeAddr(t)
 
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -26,6 +26,17 @@ func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := newFlags("pipeline", stderr)
 	j.register(fs)
 	lf.register(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: dedupflow pipeline (--input-subscription S | --input-topic T) (--output-topic T2 | --sink KIND) [flags]\n\n"+
+			"Dedups a subscription (or a topic) into a topic, a database or stdout. It also takes the\n"+
+			"Beam options of a Dataflow job: --inputTopic=, --inputSubscription=, --outputTopic=,\n"+
+			"--idAttribute=, --timestampAttribute= and --runner= (dedupflow is the runner).\n\n")
+		fs.PrintDefaults()
+	}
+	args, notice, err := beamArgs(fs, args)
+	if err != nil {
+		return err
+	}
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -33,6 +44,9 @@ func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	log, err := lf.logger(stderr)
 	if err != nil {
 		return err
+	}
+	if notice != "" {
+		log.Info(notice)
 	}
 	cfg, err := j.config()
 	if err != nil {
@@ -157,7 +171,7 @@ func servePush(ctx context.Context, p *pipeline.Pipeline, cfg *jobConfig, log *s
 func subscriber(ctx context.Context, c *pubsub.Client, cfg *jobConfig, log *slog.Logger) (sub *pubsub.Subscriber, remove func(), err error) {
 	name, remove := cfg.in, func() {}
 	if cfg.fromTopic {
-		name, err = pubsubio.TempSubscription(ctx, c, cfg.in, 60)
+		name, err = pubsubio.TempSubscription(ctx, c, cfg.project, cfg.in, 60)
 		if err != nil {
 			return nil, nil, err
 		}

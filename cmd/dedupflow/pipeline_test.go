@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"net"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -94,6 +95,18 @@ func startBroker(t *testing.T, project string) (string, *pubsub.Client) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return addr, c
+}
+
+// freeAddr returns a loopback address that was free a moment ago, for a
+// command's listener.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // TestPipelineStart: an input that does not exist is refused before the

@@ -157,7 +157,7 @@ func openPublisher(ctx context.Context, project, topicName string, o publisher.O
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	c, err := pubsubio.NewClient(ctx, topic.Project)
+	c, err := pubsubio.NewClient(ctx, clientProject(project, topic))
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -52,7 +52,7 @@ func runSubscribe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	c, err := pubsubio.NewClient(ctx, name.Project)
+	c, err := pubsubio.NewClient(ctx, clientProject(project, name))
 	if err != nil {
 		return err
 	}
