@@ -115,6 +115,17 @@ func TestRestartKeepsState(t *testing.T) {
 			t.Fatalf("message ID %s reused after restart", id)
 		}
 	}
+	// The log was cut at the torn record and appended to: what came after
+	// the restart is still there after the next one.
+	c2.Close()
+	if err := tg2.ours.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tg3 := startOurs(t, Options{DataDir: dir})
+	c3 := newClient(t, tg3.addr)
+	if got := drainIDs(t, c3, sub.Name, func(got map[string]bool) bool { return got[next] }, 20*time.Second); !got[next] {
+		t.Errorf("message %s published after the first restart is lost after the second", next)
+	}
 }
 
 // buildBrokerd builds the broker process the crash tests kill.
