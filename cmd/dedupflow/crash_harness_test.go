@@ -152,6 +152,8 @@ type pipelineProc struct {
 	runs int
 	cmd  *exec.Cmd
 	log  *os.File
+	done chan struct{} // closed once the current run has exited and been reaped
+	err  error         // the current run's exit, once done is closed
 }
 
 func (p *pipelineProc) start() {
@@ -168,6 +170,14 @@ func (p *pipelineProc) start() {
 		p.e.t.Fatal(err)
 	}
 	p.cmd, p.log = cmd, f
+	// One goroutine reaps each run: a process that died but was not
+	// waited for would still answer signal 0, and look alive.
+	done := make(chan struct{})
+	p.done = done
+	go func() {
+		p.err = cmd.Wait()
+		close(done)
+	}()
 }
 
 // kill ends the running process with SIGKILL: no deferred code, no flush.
@@ -176,29 +186,41 @@ func (p *pipelineProc) kill() {
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		p.e.t.Fatalf("kill run %d: %v (it died on its own?)\n%s", p.runs, err, p.tail())
 	}
-	_ = p.cmd.Wait()
+	<-p.done
 	_ = p.log.Close()
+}
+
+// end kills the current run if it still runs, for a test's cleanup.
+func (p *pipelineProc) end() {
+	if !p.exited() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
 }
 
 // exited reports whether the current run ended by itself (a crash of
 // dedupflow, not of ours).
 func (p *pipelineProc) exited() bool {
-	return p.cmd.ProcessState != nil || p.cmd.Process.Signal(syscall.Signal(0)) != nil
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // stop ends the last run gracefully.
 func (p *pipelineProc) stop() {
 	p.e.t.Helper()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
 	select {
-	case err := <-done:
-		if err != nil {
-			p.e.t.Errorf("last run exited with %v\n%s", err, p.tail())
+	case <-p.done:
+		if p.err != nil {
+			p.e.t.Errorf("last run exited with %v\n%s", p.err, p.tail())
 		}
 	case <-time.After(60 * time.Second):
 		_ = p.cmd.Process.Kill()
+		<-p.done
 		p.e.t.Errorf("last run did not stop within 60s of SIGTERM\n%s", p.tail())
 	}
 	_ = p.log.Close()
