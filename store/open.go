@@ -6,8 +6,9 @@
 //	rediss://...                        the same over TLS
 //
 // Redis URLs take go-redis's query options (dial_timeout, pool_size, ...)
-// and two of ours: prefix= (key prefix, default "dedupflow:") and
-// cluster=true (Redis Cluster; more seed nodes with addr=host:port).
+// and three of ours: prefix= (key prefix, default "dedupflow:"),
+// cluster=true (Redis Cluster; more seed nodes with addr=host:port) and
+// wait=N (claims and commits return once N replicas confirm them).
 package store
 
 import (

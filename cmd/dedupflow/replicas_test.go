@@ -152,6 +152,32 @@ func (r *outputReader) judge(t *testing.T, keys []string, pub *published, twiceO
 	return len(twice)
 }
 
+// startReplicas starts replicaCount pipelines reading e's in-sub with
+// state and waits until each runs.
+func startReplicas(t *testing.T, e *crashEnv, state string) []*pipelineProc {
+	t.Helper()
+	procs := make([]*pipelineProc, replicaCount)
+	for i := range procs {
+		procs[i] = newReplica(t, e, fmt.Sprintf("replica-%d", i), pipelineArgs(e, state))
+		procs[i].start()
+		t.Cleanup(procs[i].end)
+	}
+	for _, p := range procs {
+		p.waitLog(t, "pipeline running", 30*time.Second)
+	}
+	return procs
+}
+
+// running fails t if one of procs exited by itself.
+func running(t *testing.T, procs []*pipelineProc) {
+	t.Helper()
+	for i, p := range procs {
+		if p.exited() {
+			t.Fatalf("replica %d exited by itself\n%s", i, p.tail())
+		}
+	}
+}
+
 // replica is one pipeline process with a log folder of its own (the
 // crash harness names its logs run-NN.log in its env's folder).
 func newReplica(t *testing.T, e *crashEnv, name string, args []string) *pipelineProc {
@@ -322,15 +348,9 @@ func TestReplicasShareRedis(t *testing.T) {
 	state := withPrefix(t, redisURL, prefix)
 
 	out := readOutput(e, "out-sub")
-	procs := make([]*pipelineProc, replicaCount)
+	procs := startReplicas(t, e, state)
 	bases := make([]string, replicaCount)
-	for i := range procs {
-		procs[i] = newReplica(t, e, fmt.Sprintf("replica-%d", i), pipelineArgs(e, state))
-		procs[i].start()
-		t.Cleanup(procs[i].end)
-	}
 	for i, p := range procs {
-		p.waitLog(t, "pipeline running", 30*time.Second)
 		bases[i] = p.metricsBase(t)
 	}
 	received := func() (sum float64) {
@@ -374,11 +394,7 @@ func TestReplicasShareRedis(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after 90 s %d of %d keys came out, %v messages received\n%s", seen, len(keys), last, procs[0].tail())
 		}
-		for i, p := range procs {
-			if p.exited() {
-				t.Fatalf("replica %d exited by itself\n%s", i, p.tail())
-			}
-		}
+		running(t, procs)
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Logf("all keys out and the input drained %v after the first publish", time.Since(start).Round(time.Millisecond))

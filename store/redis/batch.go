@@ -85,12 +85,6 @@ func (o *op) finish(err error) {
 	o.done <- struct{}{} // never blocks: one answer per use, cap 1
 }
 
-// commitArgs is a commit's SET.
-func (o *op) commitArgs() []any {
-	o.args = [7]any{"set", &o.key, &o.val, "px", &o.ttl}
-	return o.args[:5]
-}
-
 // tag is the message's tag, for the rare claim that meets a record.
 func (o *op) tag() string { return strconv.FormatUint(uint64(dedup.MsgTag(o.msgID)), 10) }
 
@@ -237,17 +231,17 @@ func (b *batcher) exec(batch []*op) {
 	ctx, cancel := context.WithTimeout(b.ctx, b.timeout)
 	defer cancel()
 	if b.wait > 0 {
-		var commits []*op
-		if commits, batch = splitCommits(batch); len(commits) > 0 {
-			var wg sync.WaitGroup
-			defer wg.Wait()
-			wg.Go(func() { b.commitWait(ctx, commits) })
-		}
-		if len(batch) == 0 {
-			return
-		}
+		b.sendWait(ctx, batch)
+		return
 	}
-	pipe := b.rdb.Pipeline()
+	b.send(ctx, b.rdb, batch, nil)
+}
+
+// send sends batch as one pipeline of c, with a WAIT after it when
+// Options.Wait asks for one, and answers each op. cc, when not nil, is the
+// cluster client whose node c is.
+func (b *batcher) send(ctx context.Context, c goredis.Cmdable, batch []*op, cc *goredis.ClusterClient) {
+	pipe := c.Pipeline()
 	cmds := make([]*goredis.Cmd, len(batch))
 	for i, o := range batch {
 		switch o.kind {
@@ -255,19 +249,23 @@ func (b *batcher) exec(batch []*op) {
 			o.args = [7]any{"set", &o.key, &o.val, "nx", "get", "px", &o.ttl}
 			cmds[i] = pipe.Do(ctx, o.args[:]...)
 		case opCommit:
-			cmds[i] = pipe.Do(ctx, o.commitArgs()...)
+			o.args = [7]any{"set", &o.key, &o.val, "px", &o.ttl}
+			cmds[i] = pipe.Do(ctx, o.args[:5]...)
 		case opRelease:
 			cmds[i] = releaseScript.EvalSha(ctx, pipe, []string{o.key}, o.msgID)
 		}
 	}
+	wait := b.waitCmd(ctx, pipe)
 	_, perr := pipe.Exec(ctx)
+	b.lost(cc, perr)
+	few := b.replicated(wait, perr)
 	var again []*op
 	for i, o := range batch {
 		err := replyErr(cmds[i], perr)
 		switch {
 		case o.kind == opClaim && err == goredis.Nil:
 			o.verdict.Status = dedup.Proceed // the key was free; SET NX took it
-			o.finish(nil)
+			o.finish(few)
 		case o.kind == opClaim && err == nil:
 			v, _ := cmds[i].Val().(string)
 			script, err := o.judge(v)
@@ -278,26 +276,15 @@ func (b *batcher) exec(batch []*op) {
 			}
 		case o.kind == opRelease && goredis.HasErrorPrefix(err, "NOSCRIPT"):
 			again = append(again, o)
+		case o.kind == opCommit && err == nil:
+			o.finish(few)
 		default:
 			o.finish(b.classify(err))
 		}
 	}
 	if len(again) > 0 {
-		b.scripts(ctx, again)
+		b.scripts(ctx, c, again, cc)
 	}
-}
-
-// splitCommits parts batch into its commits, which commitWait sends, and
-// the rest (new slices: batch is the batcher's buffer).
-func splitCommits(batch []*op) (commits, rest []*op) {
-	for _, o := range batch {
-		if o.kind == opCommit {
-			commits = append(commits, o)
-		} else {
-			rest = append(rest, o)
-		}
-	}
-	return commits, rest
 }
 
 // classify is the package's classify, except that on a cluster a MOVED or
@@ -336,11 +323,11 @@ func (o *op) judge(v string) (script bool, err error) {
 	return o.verdict.Status == dedup.Proceed, nil
 }
 
-// scripts runs the claim and release scripts for ops, by EVALSHA, and by
-// EVAL for those the server did not know (it restarted since).
-func (b *batcher) scripts(ctx context.Context, ops []*op) {
+// scripts runs the claim and release scripts for ops on c, by EVALSHA,
+// and by EVAL for those the server did not know (it restarted since).
+func (b *batcher) scripts(ctx context.Context, c goredis.Cmdable, ops []*op, cc *goredis.ClusterClient) {
 	run := func(eval bool, ops []*op) []*goredis.Cmd {
-		pipe := b.rdb.Pipeline()
+		pipe := c.Pipeline()
 		cmds := make([]*goredis.Cmd, len(ops))
 		for i, o := range ops {
 			sc, args := releaseScript, []any{o.msgID}
@@ -354,9 +341,15 @@ func (b *batcher) scripts(ctx context.Context, ops []*op) {
 				cmds[i] = sc.EvalSha(ctx, pipe, []string{o.key}, args...)
 			}
 		}
-		if _, perr := pipe.Exec(ctx); perr != nil {
-			for _, cmd := range cmds {
-				cmd.SetErr(replyErr(cmd, perr))
+		wait := b.waitCmd(ctx, pipe)
+		_, perr := pipe.Exec(ctx)
+		b.lost(cc, perr)
+		few := b.replicated(wait, perr)
+		for i, cmd := range cmds {
+			if err := replyErr(cmd, perr); err != nil {
+				cmd.SetErr(err)
+			} else if n, _ := cmd.Int(); few != nil && ops[i].kind == opClaim && n == 1 {
+				cmd.SetErr(few) // a claim taken that the replicas may not hold
 			}
 		}
 		return cmds

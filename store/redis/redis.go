@@ -38,6 +38,11 @@
 // each pipeline by node; since every command names one key, no hash tags or
 // slot co-location are needed.
 //
+// With Options.Wait (wait=N on the URL) each batch ends with WAIT N, sent
+// down the same connection as its writes (see wait.go), and a claim that
+// took a key or a commit fails as unavailable until N replicas hold it: a
+// promoted replica then knows every key a caller was told was written.
+//
 // Errors from an unreachable or recovering server wrap dedup.ErrUnavailable
 // (callers nack and back off); the client reconnects by itself. Replies that
 // retrying cannot fix (a refused password or permission, a database that
@@ -94,7 +99,8 @@ type Options struct {
 	// keys that event time still holds.
 	TTLSlack time.Duration
 	// Wait is how many replicas must confirm a commit (WAIT) before it
-	// returns; 0, the default, returns once the master has it. See wait.go.
+	// returns, and a claim that took a key likewise; 0, the default, returns
+	// once the master has it. See wait.go.
 	Wait int
 }
 
