@@ -2,9 +2,12 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 func TestPlanIsExactAndCopiesFollowOriginals(t *testing.T) {
@@ -94,7 +97,7 @@ func TestProcCPUReadsOwnProcess(t *testing.T) {
 	}
 	d, err := procCPU(os.Getpid())
 	if err != nil {
-		t.Skipf("no /proc here: %v", err)
+		testenv.Missing(t, fmt.Sprintf("this test reads /proc, which is not here (%v)", err))
 	}
 	if d <= 0 || x < 0 {
 		t.Fatalf("own CPU time %v after a busy loop", d)

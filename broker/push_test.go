@@ -262,9 +262,6 @@ func TestPushAckCodes(t *testing.T) {
 		for _, code := range append(acks, nacks...) {
 			t.Run(strconv.Itoa(code), func(t *testing.T) {
 				t.Parallel()
-				if code == http.StatusAccepted && tg.ours == nil {
-					t.Skip("the emulator redelivers after a 202, which the service documents as an ack")
-				}
 				e := newEndpoint(t, func(n int, _ pushed) int {
 					if n == 1 {
 						return code
@@ -275,7 +272,10 @@ func TestPushAckCodes(t *testing.T) {
 				pushSub(t, tg, c, &pb.Subscription{Topic: topic, EnableMessageOrdering: true, PushConfig: &pb.PushConfig{PushEndpoint: e.URL}})
 				ids := publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("1"), OrderingKey: "k"}, &pb.PubsubMessage{Data: []byte("2"), OrderingKey: "k"})
 				want := []string{ids[0], ids[1]}
-				if code >= 300 {
+				// The emulator redelivers after a 202, though the service
+				// documents it as an ack: held to what it does, so a change
+				// on either side shows.
+				if code >= 300 || (code == http.StatusAccepted && tg.ours == nil) {
 					want = []string{ids[0], ids[0], ids[1]}
 				}
 				var got []string
