@@ -246,7 +246,10 @@ func (g *Gate) pass(ctx context.Context, in *pubsub.Message) outcome.Outcome {
 		return g.work(ctx, it, nil, nil)
 	}
 	it.Key, it.Source = key, src
-	n := &note{k: dedup.KeyOf(key), at: g.auditTime(it.EventTime)}
+	n := &note{k: dedup.KeyOf(key)}
+	if g.cfg.Audit != nil { // the clock is read per message only for the audit
+		n.at = g.auditTime(it.EventTime)
+	}
 
 	if err := g.storeHealth.Wait(ctx); err != nil {
 		return outcome.Retried // shutting down during a pause
