@@ -227,22 +227,7 @@ func TestPushInFlightAnswers429(t *testing.T) {
 // deadline once, so the message is pushed again and caught as a
 // redelivery.
 func TestPushThroughServers(t *testing.T) {
-	for _, kind := range []string{"emulator", "broker"} {
-		t.Run(kind, func(t *testing.T) {
-			var host string
-			if kind == "emulator" {
-				host = testenv.EmulatorHost(t)
-			} else {
-				addr, stop, err := broker.NewTestServer()
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(stop)
-				host = addr
-			}
-			pushSeedAndSlow(t, host)
-		})
-	}
+	testenv.EmulatorAndOurs(t, brokerHost, pushSeedAndSlow)
 }
 
 func pushSeedAndSlow(t *testing.T, host string) {
@@ -354,4 +339,14 @@ func TestPushReplicasShareRedis(t *testing.T) {
 			t.Fatalf("key k%d succeeded %v times, want once", i, n)
 		}
 	}
+}
+
+// brokerHost starts our broker for one test and returns its address.
+func brokerHost(t *testing.T) string {
+	addr, stop, err := broker.NewTestServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return addr
 }

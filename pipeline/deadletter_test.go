@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
@@ -58,11 +57,7 @@ func TestPermanentSinkErrorDeadLetters(t *testing.T) {
 // with 100 attributes cannot take the key attribute on top, nor the reason,
 // so it is wrapped; a reason longer than an attribute value is cut.
 func TestDeadLetterAtPubSubLimits(t *testing.T) {
-	addr, stop, err := broker.NewTestServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	addr := brokerHost(t)
 	r := newRig(t, pubsubio.Insecure(addr), rigOpts{deadLetter: true, cfg: pipeline.Config{
 		Rule: dedup.Rule{IDAttribute: "key"}, TimestampAttribute: "ts"}})
 	r.start()

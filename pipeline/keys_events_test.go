@@ -18,7 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/audit"
-	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
@@ -284,11 +283,7 @@ func TestKeylessAndKeyedNeverCollide(t *testing.T) {
 			func(id string) (string, map[string]string) { return `{"order_id":` + id + `}`, nil }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			addr, stop, err := broker.NewTestServer()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(stop)
+			addr := brokerHost(t)
 			r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{Rule: c.rule, OutputIDAttribute: "key"}})
 			r.start()
 			id := r.publish("keyless", nil)

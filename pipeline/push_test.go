@@ -20,22 +20,7 @@ import (
 // the seed's Messages 2, 3 and 4 with key 456 are pushed, only one reaches
 // the output topic, and ServePush returns cleanly when its context ends.
 func TestServePush(t *testing.T) {
-	for _, kind := range []string{"emulator", "broker"} {
-		t.Run(kind, func(t *testing.T) {
-			var host string
-			if kind == "emulator" {
-				host = testenv.EmulatorHost(t)
-			} else {
-				addr, stop, err := broker.NewTestServer()
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(stop)
-				host = addr
-			}
-			servePushSeed(t, host)
-		})
-	}
+	testenv.EmulatorAndOurs(t, brokerHost, servePushSeed)
 }
 
 func servePushSeed(t *testing.T, host string) {
@@ -75,4 +60,14 @@ func servePushSeed(t *testing.T, host string) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("ServePush still serving 20 s after its context ended")
 	}
+}
+
+// brokerHost starts our broker for one test and returns its address.
+func brokerHost(t *testing.T) string {
+	addr, stop, err := broker.NewTestServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return addr
 }

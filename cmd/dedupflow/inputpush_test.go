@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 )
 
@@ -36,27 +35,6 @@ func TestInputPush(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := readOutput(e, "out-sub")
-	pub := e.client.Publisher(e.topic("events"))
-	pubs := &published{ids: map[string][]string{}}
-	for _, k := range []string{"123", "456", "456", "456"} {
-		id, err := pub.Publish(ctx, &pubsub.Message{Data: []byte("payload-" + k), Attributes: map[string]string{"eid": k}}).Get(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pubs.ids[k] = append(pubs.ids[k], id)
-	}
-	pub.Stop()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if n, quiet := out.state(); n == 2 && quiet > 500*time.Millisecond {
-			break
-		}
-		if time.Now().After(deadline) {
-			n, _ := out.state()
-			t.Fatalf("%d of 2 keys came out within 30s\n%s", n, p.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	p.stop()
-	out.close(t)
-	out.check(t, []string{"123", "456"}, pubs)
+	pubs := publishKeys(t, e, "events", "123", "456", "456", "456")
+	checkKeysOut(t, p, out, pubs, "123", "456")
 }

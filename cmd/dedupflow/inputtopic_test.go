@@ -33,32 +33,46 @@ func TestInputTopicOwnSubscription(t *testing.T) {
 	}
 
 	out := readOutput(e, "out-sub")
-	pub := e.client.Publisher(e.topic("events"))
-	pubs := &published{ids: map[string][]string{}}
-	for _, k := range []string{"a", "b", "a", "c", "a"} {
-		id, err := pub.Publish(ctx, &pubsub.Message{Data: []byte("payload-" + k), Attributes: map[string]string{"eid": k}}).Get(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pubs.ids[k] = append(pubs.ids[k], id)
-	}
-	pub.Stop()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if n, quiet := out.state(); n == 3 && quiet > 500*time.Millisecond {
-			break
-		}
-		if time.Now().After(deadline) {
-			n, _ := out.state()
-			t.Fatalf("%d of 3 keys came out within 30s\n%s", n, p.tail())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	p.stop()
-	out.close(t)
-	out.check(t, []string{"a", "b", "c"}, pubs)
+	pubs := publishKeys(t, e, "events", "a", "b", "a", "c", "a")
+	checkKeysOut(t, p, out, pubs, "a", "b", "c")
 
 	_, err := e.client.SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: sub})
 	if status.Code(err) != codes.NotFound {
 		t.Errorf("after a clean exit, the pipeline's subscription %q: %v, want NotFound", sub, err)
 	}
+}
+
+// publishKeys publishes one message per key (repeats are republished
+// copies), each with the key in eid, and records the message IDs.
+func publishKeys(t *testing.T, e *crashEnv, topic string, keys ...string) *published {
+	t.Helper()
+	pub := e.client.Publisher(e.topic(topic))
+	defer pub.Stop()
+	pubs := &published{ids: map[string][]string{}}
+	for _, k := range keys {
+		id, err := pub.Publish(context.Background(), &pubsub.Message{Data: []byte("payload-" + k), Attributes: map[string]string{"eid": k}}).Get(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pubs.ids[k] = append(pubs.ids[k], id)
+	}
+	return pubs
+}
+
+// checkKeysOut waits until the want keys came out and the output went
+// quiet, stops the pipeline, and checks every key came out once.
+func checkKeysOut(t *testing.T, p *pipelineProc, out *outputReader, pubs *published, want ...string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if n, quiet := out.state(); n == len(want) && quiet > 500*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			n, _ := out.state()
+			t.Fatalf("%d of %d keys came out within 30s\n%s", n, len(want), p.tail())
+		}
+	}
+	p.stop()
+	out.close(t)
+	out.check(t, want, pubs)
 }

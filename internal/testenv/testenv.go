@@ -77,3 +77,11 @@ func Tool(t testing.TB, name string) string {
 func Image(t testing.TB) string {
 	return need(t, "DEDUPFLOW_IMAGE", "the container image built from ./Dockerfile")
 }
+
+// EmulatorAndOurs runs f twice, as subtests: against Google's emulator and
+// against the server ours starts, each given as host:port, so one scenario
+// is checked side by side with the reference peer.
+func EmulatorAndOurs(t *testing.T, ours func(t *testing.T) string, f func(t *testing.T, host string)) {
+	t.Run("emulator", func(t *testing.T) { f(t, EmulatorHost(t)) })
+	t.Run("ours", func(t *testing.T) { f(t, ours(t)) })
+}
