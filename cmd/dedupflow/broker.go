@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -33,6 +31,8 @@ type brokerConfig struct {
 	bootstrap  string
 	allowHosts listFlag
 	console    string
+	// metricsAddr serves /metrics, /healthz and /readyz; empty: off.
+	metricsAddr string
 }
 
 // listFlag is a flag that repeats; each value may also be a comma-separated
@@ -72,6 +72,7 @@ func topicAndSub(v string) (topic, sub string, err error) {
 func (b *brokerConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.listen, "listen", "127.0.0.1:8085", "`host:port` to serve gRPC and the REST API on (port 0 picks a free one)")
 	fs.StringVar(&b.console, "console", "", "`host:port` to serve the broker's web page on, at /broker (off when empty; give a loopback address unless others should reach it)")
+	fs.StringVar(&b.metricsAddr, "metrics-addr", "", "`host:port` to serve /metrics (per-subscription backlog and the process's own), /healthz and /readyz on (off when empty)")
 	fs.Var(&b.allowHosts, "allow-host", "host `name`, besides localhost and IP addresses, under which the REST API may be called (repeats; other names are refused, against DNS rebinding)")
 	fs.StringVar(&b.dataDir, "data-dir", "", "`dir`ectory that makes topics, subscriptions and unacknowledged messages durable; empty keeps everything in memory")
 	fs.BoolVar(&b.noSync, "no-sync", false, "with --data-dir, skip fsync: messages survive the process dying, not a power loss")
@@ -135,6 +136,7 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	cfg.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: dedupflow broker [--listen host:port] [--data-dir DIR] [--no-sync] [-v] [--allow-host NAME]... [--console host:port]")
+		fmt.Fprintln(stderr, "         [--metrics-addr host:port]")
 		fmt.Fprintln(stderr, "         [--project P] [--topic T]... [--subscription T:S]... [--bootstrap FILE]")
 		fmt.Fprintln(stderr, "\nServes the google.pubsub.v1 API over gRPC and REST on one port; point clients at it with")
 		fmt.Fprintln(stderr, "PUBSUB_EMULATOR_HOST, gcloud with CLOUDSDK_API_ENDPOINT_OVERRIDES_PUBSUB=http://host:port/.")
@@ -183,47 +185,67 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	log.Info("broker listening", "addr", addr, "durability", durability)
 	fmt.Fprintf(stdout, "export PUBSUB_EMULATOR_HOST=%s\n", addr)
 
-	stopPage := func(context.Context) {}
-	if cfg.console != "" {
-		if stopPage, err = serveBrokerPage(b, cfg, log, stdout); err != nil {
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	for _, srv := range []struct {
+		addr  string
+		serve func() (func(), error)
+	}{
+		{cfg.console, func() (func(), error) { return serveBrokerPage(ctx, b, cfg, log, stdout) }},
+		{cfg.metricsAddr, func() (func(), error) { return serveBrokerMetrics(ctx, b, cfg.metricsAddr, log) }},
+	} {
+		if srv.addr == "" {
+			continue
+		}
+		stop, err := srv.serve()
+		if err != nil {
 			b.Close()
 			return err
 		}
+		stops = append(stops, stop)
 	}
 	<-ctx.Done()
 	log.Info("broker shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	for _, stop := range stops {
+		stop()
+	}
+	stops = nil
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	stopPage(sctx)
 	return b.Shutdown(sctx)
 }
 
 // serveBrokerPage serves the broker's web page on --console until stop.
-func serveBrokerPage(b *broker.Broker, cfg brokerConfig, log *slog.Logger, stdout io.Writer) (stop func(context.Context), err error) {
+func serveBrokerPage(ctx context.Context, b *broker.Broker, cfg brokerConfig, log *slog.Logger, stdout io.Writer) (stop func(), err error) {
 	h, err := brokerpage.New(b, brokerpage.Options{AllowedHosts: cfg.allowHosts.vals, Logger: log.With("component", "console")})
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.console)
+	at, stop, err := serveHTTP(ctx, "--console", cfg.console, h, log)
 	if err != nil {
-		return nil, fmt.Errorf("--console %s: %w", cfg.console, err)
+		return nil, err
 	}
-	if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
-		log.Warn("the broker page listens beyond loopback, without authentication: anyone who can reach it can publish and seek", "addr", ln.Addr().String())
+	if ap, err := netip.ParseAddrPort(at); err == nil && !ap.Addr().IsLoopback() {
+		log.Warn("the broker page listens beyond loopback, without authentication: anyone who can reach it can publish and seek", "addr", at)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("broker page stopped", "err", err)
-		}
-	}()
-	fmt.Fprintf(stdout, "# broker page: http://%s/broker\n", dialable(ln.Addr().String()))
-	return func(ctx context.Context) {
-		if srv.Shutdown(ctx) != nil {
-			srv.Close()
-		}
-		<-done
-	}, nil
+	fmt.Fprintf(stdout, "# broker page: http://%s/broker\n", dialable(at))
+	return stop, nil
+}
+
+// serveBrokerMetrics serves the broker's /metrics, /healthz and /readyz
+// on --metrics-addr until stop.
+func serveBrokerMetrics(ctx context.Context, b *broker.Broker, addr string, log *slog.Logger) (stop func(), err error) {
+	reg := newRegistry()
+	reg.MustRegister(brokerCollector{b})
+	mux := metricsMux(reg, func() bool { return ctx.Err() == nil }, "not ready: the broker is shutting down")
+	at, stop, err := serveHTTP(ctx, "--metrics-addr", addr, mux, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("metrics and health", "url", "http://"+at+"/metrics")
+	return stop, nil
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/audit/redisaudit"
 	"github.com/dedupflow/dedupflow/dedup"
@@ -113,7 +112,7 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 	if l, ok := st.(interface{ Len() int }); ok {
 		deps.HorizonKeys = l.Len
 	}
-	reg := prometheus.NewRegistry()
+	reg := newRegistry()
 	deps.Registerer = reg
 	p, err := pipeline.New(pc, deps)
 	if err != nil {

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/pubsubio"
+)
+
+// TestBrokerMetrics: --metrics-addr serves what an operator watches a
+// subscription by (messages waiting, delivered and not acknowledged, the
+// oldest one's age) and the process's own goroutines and resident memory.
+func TestBrokerMetrics(t *testing.T) {
+	maddr := freeAddr(t)
+	addr := serveBroker(t, "--listen", "127.0.0.1:0", "--project", "ops", "--subscription", "orders:orders-sub", "--metrics-addr", maddr)
+	base := "http://" + maddr
+	ctx := context.Background()
+	c, err := pubsub.NewClient(ctx, "ops", pubsubio.Insecure(addr)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := c.Publisher("orders")
+	defer p.Stop()
+	for i := range 3 {
+		if _, err := p.Publish(ctx, &pubsub.Message{Data: []byte(fmt.Sprint("order ", i))}).Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const sub = `{subscription="projects/ops/subscriptions/orders-sub"}`
+	m, err := scrape(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["dedupflow_broker_undelivered_messages"+sub] != 3 || m["dedupflow_broker_unacked_messages"+sub] != 0 {
+		t.Errorf("after 3 publishes: undelivered %v, unacked %v; want 3, 0",
+			m["dedupflow_broker_undelivered_messages"+sub], m["dedupflow_broker_unacked_messages"+sub])
+	}
+	if m["go_goroutines"] < 1 || m["process_resident_memory_bytes"] < 1<<20 {
+		t.Errorf("go_goroutines %v, process_resident_memory_bytes %v: want the process's own metrics", m["go_goroutines"], m["process_resident_memory_bytes"])
+	}
+
+	// One message pulled and not acknowledged.
+	resp, err := c.SubscriptionAdminClient.Pull(ctx, &pb.PullRequest{Subscription: "projects/ops/subscriptions/orders-sub", MaxMessages: 1})
+	if err != nil || len(resp.ReceivedMessages) != 1 {
+		t.Fatalf("pull: %v, %d messages", err, len(resp.GetReceivedMessages()))
+	}
+	if m, err = scrape(base); err != nil {
+		t.Fatal(err)
+	}
+	if m["dedupflow_broker_undelivered_messages"+sub] != 2 || m["dedupflow_broker_unacked_messages"+sub] != 1 {
+		t.Errorf("after a pull: undelivered %v, unacked %v; want 2, 1",
+			m["dedupflow_broker_undelivered_messages"+sub], m["dedupflow_broker_unacked_messages"+sub])
+	}
+	if age := m["dedupflow_broker_oldest_unacked_message_age_seconds"+sub]; age <= 0 || age > time.Minute.Seconds() {
+		t.Errorf("oldest unacked age %v s: want the age of the first publish", age)
+	}
+	if code := readyz(base); code != http.StatusOK {
+		t.Errorf("/readyz: %d, want 200", code)
+	}
+}
