@@ -55,10 +55,19 @@ type config struct {
 	save      string
 	load      string
 	profile   string
+	// The soak (--only soak, or its short version with --quick).
+	soakKeys                    int
+	soakFor, soakTerm, soakKill time.Duration
+	postgres                    string
 }
 
 // sections the benchmark can run, in order.
-var sectionNames = []string{"broker", "pipeline", "replicas", "memory", "redis"}
+var sectionNames = []string{"broker", "pipeline", "replicas", "memory", "redis", "soak"}
+
+// onDemand are the sections a run without --only leaves out, unless
+// --quick runs their short versions: they take too long to repeat with
+// every report.
+var onDemand = []string{"soak"}
 
 func parseConfig(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -78,7 +87,12 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.save, "save", "", "also save the measurements as JSON here")
 	fs.StringVar(&c.load, "load", "", "measure nothing: draw the report and plots from measurements saved with --save")
 	fs.StringVar(&c.profile, "profile", "", "sample the pipeline section's consumers with Linux perf at 30% copies; perf.data files and summary.txt go in this folder")
-	fs.StringVar(&only, "only", "", "comma-separated sections to run: "+strings.Join(sectionNames, ", ")+" (default all)")
+	fs.StringVar(&only, "only", "", "comma-separated sections to run: "+strings.Join(sectionNames, ", ")+" (default all but "+strings.Join(onDemand, ", ")+", which --quick runs short)")
+	fs.IntVar(&c.soakKeys, "soak-keys", 0, "unique keys the soak publishes (default 1000000; 20000 with --quick)")
+	fs.DurationVar(&c.soakFor, "soak-for", 0, "time the soak's publishing is spread over (default 10m; 30s with --quick)")
+	fs.DurationVar(&c.soakTerm, "soak-term", 0, "the soak stops the pipeline with SIGTERM this often (default 30s; 10s with --quick)")
+	fs.DurationVar(&c.soakKill, "soak-kill", 0, "the soak kills the pipeline with SIGKILL this often (default 45s; 15s with --quick)")
+	fs.StringVar(&c.postgres, "postgres", os.Getenv("DEDUPFLOW_POSTGRES_URL"), "PostgreSQL URL of the soak's sink (default $DEDUPFLOW_POSTGRES_URL)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -98,6 +112,21 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.events == 0 {
 		c.events = map[bool]int{true: 2000, false: 100_000}[c.quick]
+	}
+	quickOr := func(v *time.Duration, long, short time.Duration) {
+		if *v == 0 {
+			*v = map[bool]time.Duration{true: short, false: long}[c.quick]
+		}
+	}
+	quickOr(&c.soakFor, 10*time.Minute, 30*time.Second)
+	quickOr(&c.soakTerm, 30*time.Second, 10*time.Second)
+	quickOr(&c.soakKill, 45*time.Second, 15*time.Second)
+	if c.soakKeys == 0 {
+		c.soakKeys = map[bool]int{true: 20_000, false: 1_000_000}[c.quick]
+	}
+	if c.soakKeys < 10 || c.soakFor < time.Second || c.soakTerm < time.Second || c.soakKill < time.Second {
+		return c, fmt.Errorf("--soak-keys %d must be at least 10, and --soak-for %v, --soak-term %v, --soak-kill %v at least 1s",
+			c.soakKeys, c.soakFor, c.soakTerm, c.soakKill)
 	}
 	if c.runs < 1 || c.events < 10 {
 		return c, fmt.Errorf("--runs %d and --events %d must be at least 1 and 10", c.runs, c.events)
@@ -159,6 +188,8 @@ type env struct {
 	kept           []row     // their rows, until settle
 	absent         []string  // contenders not measured, and why
 	failures       []string  // correctness failures and broken contenders
+	soakSamples    []soakSample
+	soakRestarts   []soakRestart
 }
 
 func (e *env) logf(format string, a ...any) { fmt.Fprintf(e.stderr, "bench: "+format+"\n", a...) }
@@ -175,7 +206,12 @@ func (e *env) markAbsent(what string) {
 	e.absent = append(e.absent, what)
 }
 
-func (e *env) wants(section string) bool { return len(e.cfg.only) == 0 || e.cfg.only[section] }
+func (e *env) wants(section string) bool {
+	if len(e.cfg.only) == 0 {
+		return e.cfg.quick || !contains(onDemand, section)
+	}
+	return e.cfg.only[section]
+}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseConfig(args, stderr)
@@ -277,6 +313,7 @@ func (e *env) measureAll(ctx context.Context) error {
 		{"replicas", e.benchReplicas},
 		{"memory", e.benchMemory},
 		{"redis", e.benchRedis},
+		{"soak", e.benchSoak},
 	}
 	for _, s := range steps {
 		if !e.wants(s.name) {

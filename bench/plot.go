@@ -28,6 +28,7 @@ func (e *env) writePlots(dir string) error {
 		"cpu":      "CPU per message in: dedupflow vs the relay floor",
 		"replicas": "Replicas on a 3-master Redis Cluster (2 cores: cost, not speedup)",
 		"redis":    "Redis: claims of new keys",
+		"soak":     "Soak: resident memory while the pipeline is stopped and killed on a schedule",
 	}
 	for _, st := range sectionsText {
 		s := st.key
@@ -40,6 +41,16 @@ func (e *env) writePlots(dir string) error {
 		switch s {
 		case "pipeline":
 			p, err = e.linePlot(rows)
+		case "soak":
+			if len(e.soakSamples) == 0 {
+				continue // kept rows of an earlier run: its plot stays
+			}
+			path := filepath.Join(dir, s+".png")
+			if err := e.soakPlot(path, titles[s]+"\n"+e.plotMachine(rows)); err != nil {
+				return fmt.Errorf("plot %s: %w", s, err)
+			}
+			e.logf("wrote %s", path)
+			continue
 		case "replicas":
 			path := filepath.Join(dir, s+".png")
 			if err := e.replicaPlot(rows, titles[s]+" — "+e.plotMachine(rows), path); err != nil {

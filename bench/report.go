@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // row is one line of a report table: one contender in one group (a
@@ -166,6 +167,20 @@ var sectionsText = []sectionText{
 		"`BenchmarkClaim` of `store/redis/bench_test.go`, run by the bench against its own redis-server: a claim of a new " +
 			"key through the store from 1000 goroutines, vs `SET NX PX` in go-redis pipelines of 500 (four in flight) and " +
 			"one by one from 1000 goroutines. Ratios: this row ÷ the named row."},
+	{"soak", "9. Soak: restarts on a schedule, as deployed",
+		"Run on demand with `go run ./bench --only soak` (a short version runs with `--quick` in CI). `dedupflow broker " +
+			"--data-dir` runs as its own process for the whole soak, with `--metrics-addr`; `dedupflow pipeline` reads its " +
+			"subscription with the disk store (`--state file:…`, horizon 1h) and writes to a PostgreSQL table (the keyed " +
+			"upsert sink). The bench publishes the keys with a ~100-byte payload, 30% of them a second time as a new message " +
+			"(a republish), evenly over the publishing time, and every 5 s takes a snapshot of the subscription and seeks it " +
+			"back to that snapshot 2% of 5 s later, so what was acknowledged in between is delivered again with its message " +
+			"ID (a redelivery). The pipeline is stopped with SIGTERM every 30 s and killed with SIGKILL every 45 s (SIGKILL " +
+			"when both are due) and started again each time. Every second the bench reads both processes' " +
+			"`process_resident_memory_bytes` and `go_goroutines` from their `/metrics`. After each end of a pipeline run, " +
+			"the broker's goroutines must come back to their level before any pipeline connected. At the end the " +
+			"table must hold exactly the published keys, none missing and none else, and the subscription must be drained; " +
+			"each process's peak resident memory must stay under its bound. The counts are the pipeline's own counters, " +
+			"summed over its runs (a killed run's last second of counts is lost)."},
 }
 
 // writeOutputs writes the report and the plots, where asked.
@@ -329,6 +344,17 @@ func benchArgs(c config) []string {
 		}
 	}
 	a = append(a, "--runs", strconv.Itoa(c.runs), "--events", strconv.Itoa(c.events))
+	if c.only["soak"] && !c.quick {
+		for _, f := range []struct {
+			name     string
+			v, usual any
+		}{{"--soak-keys", c.soakKeys, 1_000_000}, {"--soak-for", c.soakFor, 10 * time.Minute},
+			{"--soak-term", c.soakTerm, 30 * time.Second}, {"--soak-kill", c.soakKill, 45 * time.Second}} {
+			if f.v != f.usual {
+				a = append(a, f.name, fmt.Sprint(f.v))
+			}
+		}
+	}
 	if c.bento != "" {
 		a = append(a, "--bento", c.bento)
 	}

@@ -11,6 +11,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 type command struct {
@@ -54,7 +57,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
-			return c.run(ctx, args[1:], stdout, stderr)
+			err := c.run(ctx, args[1:], stdout, stderr)
+			if err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled) {
+				// SIGTERM while starting (a rollout, a scale-down) is a
+				// stop as asked: nothing was taken, so nothing failed.
+				return nil
+			}
+			return err
 		}
 	}
 	usage(stderr)
