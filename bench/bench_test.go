@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -166,5 +167,36 @@ func TestParseInfo(t *testing.T) {
 	d := s.sub(parseInfo("total_commands_processed:200\r\ncmdstat_set:calls=100,usec=1\r\n"))
 	if d.commands != 1000 || d.calls["set"] != 1000 {
 		t.Fatalf("difference %+v", d)
+	}
+}
+
+// TestSoakRunsOnDemand: the soak takes minutes, so a run without --only
+// leaves it out; --only soak runs it at full size, --quick runs it short.
+func TestSoakRunsOnDemand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+		keys int
+	}{
+		{nil, false, 1_000_000},
+		{[]string{"--only", "pipeline"}, false, 1_000_000},
+		{[]string{"--only", "soak"}, true, 1_000_000},
+		{[]string{"--quick"}, true, 20_000},
+		{[]string{"--only", "soak", "--soak-keys", "5000"}, true, 5000},
+	} {
+		c, err := parseConfig(tc.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		e := &env{cfg: c}
+		if got := e.wants("soak"); got != tc.want || c.soakKeys != tc.keys {
+			t.Errorf("%v: soak runs %v with %d keys, want %v with %d", tc.args, got, c.soakKeys, tc.want, tc.keys)
+		}
+		if len(tc.args) == 0 && !e.wants("pipeline") {
+			t.Errorf("a run without --only leaves out the pipeline section")
+		}
+	}
+	if _, err := parseConfig([]string{"--soak-term", "0.5s"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--soak-term") {
+		t.Errorf("--soak-term 0.5s: %v, want it refused by name", err)
 	}
 }
