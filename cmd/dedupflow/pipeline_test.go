@@ -97,6 +97,22 @@ func startBroker(t *testing.T, project string) (string, *pubsub.Client) {
 	return addr, c
 }
 
+// startInput starts a broker of project "test" with topic "input" and its
+// subscription "input-sub".
+func startInput(t *testing.T) {
+	t.Helper()
+	_, c := startBroker(t, "test")
+	ctx := context.Background()
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: "projects/test/topics/input"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{
+		Name: "projects/test/subscriptions/input-sub", Topic: "projects/test/topics/input",
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // freeAddr returns a loopback address that was free a moment ago, for a
 // command's listener.
 func freeAddr(t *testing.T) string {
@@ -113,16 +129,8 @@ func freeAddr(t *testing.T) string {
 // pipeline says it runs, and the start line names the output each sink
 // writes to.
 func TestPipelineStart(t *testing.T) {
-	_, c := startBroker(t, "test")
+	startInput(t)
 	ctx := context.Background()
-	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: "projects/test/topics/input"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{
-		Name: "projects/test/subscriptions/input-sub", Topic: "projects/test/topics/input",
-	}); err != nil {
-		t.Fatal(err)
-	}
 	base := []string{"pipeline", "--project", "test", "--metrics-addr", "", "--sink", "stdout"}
 
 	for _, tc := range []struct {
@@ -192,16 +200,8 @@ func TestOutputLabel(t *testing.T) {
 // it has started exits cleanly, as an orchestrator expects of a rollout,
 // while a bad flag given with the same stop still fails.
 func TestStopWhileStarting(t *testing.T) {
-	_, c := startBroker(t, "test")
+	startInput(t)
 	ctx := context.Background()
-	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: "projects/test/topics/input"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{
-		Name: "projects/test/subscriptions/input-sub", Topic: "projects/test/topics/input",
-	}); err != nil {
-		t.Fatal(err)
-	}
 	stopped, cancel := context.WithCancel(ctx)
 	cancel()
 	args := []string{"pipeline", "--project", "test", "--metrics-addr", "", "--sink", "stdout", "--input-subscription", "input-sub"}
