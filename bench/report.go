@@ -180,7 +180,10 @@ var sectionsText = []sectionText{
 			"the broker's goroutines must come back to their level before any pipeline connected. At the end the " +
 			"table must hold exactly the published keys, none missing and none else, and the subscription must be drained; " +
 			"each process's peak resident memory must stay under its bound. The counts are the pipeline's own counters, " +
-			"summed over its runs (a killed run's last second of counts is lost)."},
+			"summed over its runs (a killed run's last second of counts is lost). One soak per bench run: `--runs` does not " +
+			"repeat it, so each figure is of that one soak. The publisher keeps publishing while a pipeline is down, and " +
+			"the broker's goroutines are at their level only at a moment when no publish is in flight; a leak would keep " +
+			"them above it for good."},
 }
 
 // writeOutputs writes the report and the plots, where asked.

@@ -218,8 +218,8 @@ func (s *soak) report() error {
 	}
 	add(nameSoakLag, "s", s.drained.Sub(s.lastPub).Seconds(), fmt.Sprintf("%s msg/s published, %s msg/s received over the soak",
 		num(float64(s.published.Load())/s.plan.publishFor.Seconds()), num(in/took.Seconds())))
-	add(nameSoakBroker, "MiB", peakB/(1<<20), fmt.Sprintf("peak; bound %s MiB", num(soakBrokerRSS>>20)))
-	add(nameSoakPipe, "MiB", peakP/(1<<20), fmt.Sprintf("peak over %d runs; bound %s MiB", len(perRun), num(soakPipelineRSS>>20)))
+	add(nameSoakBroker, "MiB", peakB/(1<<20), fmt.Sprintf("peak; bound %s MiB", inum(soakBrokerRSS>>20)))
+	add(nameSoakPipe, "MiB", peakP/(1<<20), fmt.Sprintf("peak over %d runs; bound %s MiB", len(perRun), inum(soakPipelineRSS>>20)))
 	add("broker goroutines back at their level after a pipeline ended", "s", slices.Max(append(settles, 0)),
 		fmt.Sprintf("worst of %d; median %s s; the level: %.0f, before any pipeline connected", len(settles), num(row{values: settles}.median()), s.baseline))
 	if len(runG) > 0 {
