@@ -289,11 +289,6 @@ func (w *writer) load(ctx context.Context) (int, error) {
 			})
 		}
 	}
-	for i := range bufs {
-		for j := range bufs[i] {
-			bufs[i][j] = make([]loadRec, 0, chunk/nshards+chunk/nshards/4)
-		}
-	}
 	it, err := w.db.NewIter(&pebble.IterOptions{LowerBound: groupsLow, UpperBound: groupsEnd})
 	if err != nil {
 		return 0, err
@@ -314,6 +309,14 @@ func (w *writer) load(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	w.s.set = table.NewSet(shardBits, n+n/16)
+	// Buffers as large as the database needs, up to a chunk: a small
+	// store must not start with a chunk's worth of memory.
+	size := min(n, chunk)
+	for i := range min(2, 1+n/chunk) {
+		for j := range bufs[i] {
+			bufs[i][j] = make([]loadRec, 0, size/nshards+size/nshards/4+1)
+		}
+	}
 	cur, inChunk := 0, 0
 	parts := &bufs[cur]
 	for ok := it.First(); ok; ok = it.Next() {
