@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,10 +49,13 @@ type Tracker struct {
 	lo, hi  time.Duration
 	downMsg string
 
+	// failing is failures > 0, read without the lock: while the dependency
+	// answers, Wait and OK cost neither the lock nor a clock reading.
+	failing atomic.Bool
+
 	mu       sync.Mutex
 	failures int
 	until    time.Time
-	down     bool
 }
 
 // NewTracker follows the dependency called name; downMsg says what the
@@ -62,6 +66,9 @@ func NewTracker(name, downMsg string, log *slog.Logger, now func() time.Time) *T
 
 // Wait blocks while the dependency is in a pause.
 func (t *Tracker) Wait(ctx context.Context) error {
+	if !t.failing.Load() {
+		return ctx.Err()
+	}
 	t.mu.Lock()
 	d := t.until.Sub(t.now())
 	t.mu.Unlock()
@@ -72,17 +79,18 @@ func (t *Tracker) Wait(ctx context.Context) error {
 
 // OK records a success.
 func (t *Tracker) OK() {
+	if !t.failing.Load() {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.failures == 0 {
 		return
 	}
 	t.failures = 0
+	t.failing.Store(false)
 	t.until = time.Time{}
-	if t.down {
-		t.down = false
-		t.log.Info(t.name+" reachable again, resuming", "component", t.name)
-	}
+	t.log.Info(t.name+" reachable again, resuming", "component", t.name)
 }
 
 // Fail records a failure and starts (or lengthens) a pause.
@@ -90,18 +98,14 @@ func (t *Tracker) Fail(err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.failures++
+	t.failing.Store(true)
 	if next := t.now().Add(Delay(t.failures, t.lo, t.hi)); next.After(t.until) {
 		t.until = next
 	}
-	if !t.down {
-		t.down = true
+	if t.failures == 1 {
 		t.log.Warn(t.name+" unreachable: "+t.downMsg, "component", t.name, "err", err)
 	}
 }
 
 // Ready reports whether the dependency answered last time.
-func (t *Tracker) Ready() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return !t.down
-}
+func (t *Tracker) Ready() bool { return !t.failing.Load() }

@@ -2,7 +2,8 @@ package gate
 
 import (
 	"context"
-	"fmt"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,40 +22,56 @@ func (noObserve) Observe(float64) {}
 
 // BenchmarkPass is the decision path per message (memory store, a no-op
 // work step, 30% republished copies), with the delay histograms that horizon
-// advice reads and without them, in the same run:
+// advice reads and without them, and from many goroutines at once (as the
+// client's callbacks run), in the same run:
 //
 //	go test -run '^$' -bench Pass ./internal/gate
 func BenchmarkPass(b *testing.B) {
-	for _, delays := range []bool{true, false} {
-		b.Run(map[bool]string{true: "with-delays", false: "without-delays"}[delays], func(b *testing.B) {
-			dd, err := dedup.New(mem.New(), dedup.Options{})
+	for _, c := range []struct {
+		name             string
+		delays, parallel bool
+	}{{"with-delays", true, false}, {"without-delays", false, false}, {"parallel", true, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			dd, err := dedup.New(mem.New(), dedup.Options{LocalWait: dedup.DefaultLease})
 			if err != nil {
 				b.Fatal(err)
 			}
 			g, err := New(Config{Rule: dedup.Rule{IDAttribute: "key"}, Deduper: dd,
-				Work: Work{Name: "sink", Do: func(context.Context, *Item) error { return nil }}})
+				Work: Work{Name: "sink", Do: func(context.Context, *Item) error { return nil }, Dependency: true}})
 			if err != nil {
 				b.Fatal(err)
 			}
-			if !delays {
+			if !c.delays {
 				g.m.republishDelay, g.m.redeliveryDelay = noObserve{g.m.republishDelay}, noObserve{g.m.redeliveryDelay}
 			}
 			now := time.Now()
-			n := 0
-			b.ReportAllocs()
-			for b.Loop() {
+			var next atomic.Int64
+			pass := func() {
 				// In each ten messages, seven events and three republished
 				// copies of the first three.
+				n := int(next.Add(1) - 1)
 				g10, r := n/10, n%10
 				if r >= 7 {
 					r -= 7
 				}
-				m := &pubsub.Message{ID: fmt.Sprint(n), Data: []byte("x"), PublishTime: now,
-					Attributes: map[string]string{"key": fmt.Sprint(g10*10 + r)}}
+				m := &pubsub.Message{ID: strconv.Itoa(n), Data: []byte("x"), PublishTime: now,
+					Attributes: map[string]string{"key": strconv.Itoa(g10*10 + r)}}
 				g.Pass(b.Context(), m)
-				n++
 			}
-			if c := g.Counts(); c.DuplicateRepublish == 0 && n > 10 {
+			b.ReportAllocs()
+			if c.parallel {
+				b.SetParallelism(64)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						pass()
+					}
+				})
+			} else {
+				for b.Loop() {
+					pass()
+				}
+			}
+			if c := g.Counts(); c.DuplicateRepublish == 0 && next.Load() > 10 {
 				b.Fatalf("no republish caught: %+v", c)
 			}
 		})

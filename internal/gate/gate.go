@@ -243,7 +243,7 @@ func (g *Gate) pass(ctx context.Context, in *pubsub.Message) outcome.Outcome {
 		return g.reject(ctx, in, err)
 	}
 	if src == dedup.SourceNone {
-		return g.work(ctx, it, nil, nil)
+		return g.work(ctx, it, nil, nil, time.Time{})
 	}
 	it.Key, it.Source = key, src
 	n := &note{k: dedup.KeyOf(key)}
@@ -259,7 +259,8 @@ func (g *Gate) pass(ctx context.Context, in *pubsub.Message) outcome.Outcome {
 	if errors.Is(err, dedup.ErrTooLate) {
 		return g.tooLate(ctx, it, n, err)
 	}
-	g.m.storeTime.Observe(max(g.now().Sub(start)-v.Waited, 0).Seconds()) // a wait for our own work is not the store's
+	claimed := g.now()
+	g.m.storeTime.Observe(max(claimed.Sub(start)-v.Waited, 0).Seconds()) // a wait for our own work is not the store's
 	if err != nil {
 		return g.storeFailed(ctx, err)
 	}
@@ -279,7 +280,7 @@ func (g *Gate) pass(ctx context.Context, in *pubsub.Message) outcome.Outcome {
 			g.cfg.OnDuplicate(ctx, in, v.Kind)
 		}
 		if g.cfg.Shadow {
-			if r := g.work(ctx, it, nil, nil); r != outcome.Emitted {
+			if r := g.work(ctx, it, nil, nil, time.Time{}); r != outcome.Emitted {
 				return r
 			}
 		}
@@ -291,7 +292,7 @@ func (g *Gate) pass(ctx context.Context, in *pubsub.Message) outcome.Outcome {
 		return outcome.InFlightConflict
 	case dedup.Proceed:
 		it.LateDuplicate = g.suspect(n)
-		return g.work(ctx, it, &t, n)
+		return g.work(ctx, it, &t, n, claimed)
 	}
 	g.log.Error("dedup store answered an unknown status; message nacked", "status", v.Status, "message_id", in.ID)
 	return outcome.Retried
@@ -321,7 +322,7 @@ func (g *Gate) tooLate(ctx context.Context, it *Item, n *note, reason error) out
 		o = g.reject(ctx, it.In, reason)
 	} else {
 		it.LateDuplicate = g.suspect(n)
-		o = g.work(ctx, it, nil, n)
+		o = g.work(ctx, it, nil, n, time.Time{})
 	}
 	if o == outcome.Emitted || o == outcome.DeadLettered {
 		g.m.TooLate()

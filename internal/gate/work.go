@@ -44,8 +44,10 @@ func (g *Gate) suspect(n *note) bool {
 
 // work runs the front end's step; with a ticket, it commits the key after
 // success and releases it otherwise. With a note, the key goes into the
-// audit once the work is done.
-func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, n *note) outcome.Outcome {
+// audit once the work is done. since is a clock reading taken just before,
+// which the work's time is measured from unless a pause comes between;
+// zero: the clock is read.
+func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, n *note, since time.Time) outcome.Outcome {
 	returned := false
 	if t != nil {
 		defer func() {
@@ -61,12 +63,19 @@ func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, n *note) out
 	}
 	var err error
 	if g.workHealth != nil {
+		if !g.workHealth.Ready() {
+			since = time.Time{} // a pause is not the work's time
+		}
 		err = g.workHealth.Wait(ctx)
 	}
+	var done time.Time
 	if err == nil {
-		start := g.now()
+		if since.IsZero() {
+			since = g.now()
+		}
 		err = g.cfg.Work.Do(ctx, it)
-		g.m.workTime.Observe(g.now().Sub(start).Seconds())
+		done = g.now()
+		g.m.workTime.Observe(done.Sub(since).Seconds())
 	}
 	returned = true
 	if err != nil {
@@ -96,19 +105,20 @@ func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, n *note) out
 			g.log.Debug("probable late duplicate emitted", "key", it.Key, "message_id", it.In.ID)
 		}
 	}
+	g.m.latency.Observe(done.Sub(it.In.PublishTime).Seconds())
 	if t != nil {
-		g.commit(context.WithoutCancel(ctx), it, *t)
+		g.commit(ctx, it, *t, done)
 	}
-	g.m.latency.Observe(g.now().Sub(it.In.PublishTime).Seconds())
 	return outcome.Emitted
 }
 
-// commit records the key after the work succeeded, retrying within half
-// the lease: once the lease ends a copy could pass. If the store stays
-// down the input is acked all the same — the work is done, and a nack
-// would only do it again — and a copy that slips through carries the key.
-func (g *Gate) commit(bg context.Context, it *Item, t dedup.Ticket) {
-	deadline := g.now().Add(g.dd.Lease() / 2)
+// commit records the key after the work succeeded (at done), retrying
+// within half the lease: once the lease ends a copy could pass. If the
+// store stays down the input is acked all the same — the work is done, and
+// a nack would only do it again — and a copy that slips through carries
+// the key. Its pauses outlive a shutdown of ctx.
+func (g *Gate) commit(ctx context.Context, it *Item, t dedup.Ticket, done time.Time) {
+	deadline := done.Add(g.dd.Lease() / 2)
 	for n := 1; ; n++ {
 		err := g.dd.Commit(g.by.ctx(), t)
 		if err == nil {
@@ -124,7 +134,7 @@ func (g *Gate) commit(bg context.Context, it *Item, t dedup.Ticket) {
 				"key", it.Key, "message_id", it.In.ID, "err", err)
 			return
 		}
-		_ = backoff.Sleep(bg, pause)
+		_ = backoff.Sleep(context.WithoutCancel(ctx), pause)
 	}
 }
 
