@@ -195,21 +195,3 @@ func TestOutputLabel(t *testing.T) {
 		}
 	}
 }
-
-// TestStopWhileStarting: a pipeline told to stop (SIGTERM, Ctrl-C) before
-// it has started exits cleanly, as an orchestrator expects of a rollout,
-// while a bad flag given with the same stop still fails.
-func TestStopWhileStarting(t *testing.T) {
-	startInput(t)
-	ctx := context.Background()
-	stopped, cancel := context.WithCancel(ctx)
-	cancel()
-	args := []string{"pipeline", "--project", "test", "--metrics-addr", "", "--sink", "stdout", "--input-subscription", "input-sub"}
-	var stdout, stderr testenv.Buffer
-	if err := run(stopped, args, &stdout, &stderr); err != nil {
-		t.Errorf("stopped while starting: %v, want a clean exit", err)
-	}
-	if err := run(stopped, append(args, "--horizon", "0s"), &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "horizon") {
-		t.Errorf("a bad --horizon with a stop: %v, want the flag's error", err)
-	}
-}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/internal/testenv"
+)
+
+// TestStopWhileStarting: a pipeline told to stop (SIGTERM, Ctrl-C) before
+// it has started exits cleanly, as an orchestrator expects of a rollout,
+// while a bad flag given with the same stop still fails.
+func TestStopWhileStarting(t *testing.T) {
+	startInput(t)
+	ctx := context.Background()
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	args := []string{"pipeline", "--project", "test", "--metrics-addr", "", "--sink", "stdout", "--input-subscription", "input-sub"}
+	var stdout, stderr testenv.Buffer
+	if err := run(stopped, args, &stdout, &stderr); err != nil {
+		t.Errorf("stopped while starting: %v, want a clean exit", err)
+	}
+	if err := run(stopped, append(args, "--horizon", "0s"), &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "horizon") {
+		t.Errorf("a bad --horizon with a stop: %v, want the flag's error", err)
+	}
+}
+
+// TestStopWhilePubSubDown: a stop (SIGTERM, Ctrl-C) while Pub/Sub is
+// unreachable ends the pipeline and subscribe, with an error that says
+// why, instead of hanging on a client that keeps reconnecting.
+func TestStopWhilePubSubDown(t *testing.T) {
+	for _, args := range [][]string{
+		{"pipeline", "--project", "test", "--metrics-addr", "", "--sink", "stdout", "--input-subscription", "input-sub"},
+		{"subscribe", "--project", "test", "--subscription", "input-sub"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			b, err := broker.New(broker.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr, err := b.Listen("127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Close() })
+			t.Setenv("PUBSUB_EMULATOR_HOST", addr)
+			ctx := context.Background()
+			c, err := pubsub.NewClient(ctx, "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: "projects/test/topics/input"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{
+				Name: "projects/test/subscriptions/input-sub", Topic: "projects/test/topics/input",
+			}); err != nil {
+				t.Fatal(err)
+			}
+			rctx, stop := context.WithCancel(ctx)
+			defer stop()
+			var stdout, stderr testenv.Buffer
+			done := make(chan error, 1)
+			go func() { done <- run(rctx, args, &stdout, &stderr) }()
+			p := c.Publisher("input")
+			if _, err := p.Publish(ctx, &pubsub.Message{Data: []byte("before the outage")}).Get(ctx); err != nil {
+				t.Fatal(err)
+			}
+			p.Stop()
+			for !strings.Contains(stdout.String(), "before the outage") {
+				select {
+				case err := <-done:
+					t.Fatalf("%s ended before the outage: %v\n%s", args[0], err, stderr.String())
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+
+			_ = b.Close()
+			stop()
+			select {
+			case err := <-done:
+				if err != nil && !strings.Contains(err.Error(), "server is unreachable") {
+					t.Errorf("%s stopped during the outage with %v, want a clean stop or one saying the server is unreachable", args[0], err)
+				}
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("%s still runs 2 minutes after the stop, with Pub/Sub unreachable", args[0])
+			}
+		})
+	}
+}
