@@ -161,12 +161,11 @@ func (s *Store) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error)
 	if c.Extend.IsZero() {
 		return s.set.Claim(c.Key, tag, c.Now.UnixNano(), c.LeaseUntil.UnixNano(), 0), nil
 	}
-	v := s.set.Claim(c.Key, tag, c.Now.UnixNano(), c.LeaseUntil.UnixNano(), c.Extend.UnixNano())
+	v, owner := s.set.ClaimOwner(c.Key, tag, c.Now.UnixNano(), c.LeaseUntil.UnixNano(), c.Extend.UnixNano())
 	if v.Status == dedup.Duplicate && c.Extend.After(v.Expires) {
-		if v.Kind == dedup.Republish {
-			tag = 0 // a tag no message has: the record says republish, not whose
-		}
-		if err := s.w.put(ctx, c.Key, rec{exp: c.Extend.UnixNano(), tag: tag}); err != nil {
+		// The key stays its first message's, whichever copy extended it, so
+		// that message's redelivery after a restart is still one.
+		if err := s.w.put(ctx, c.Key, rec{exp: c.Extend.UnixNano(), tag: owner}); err != nil {
 			return dedup.Verdict{}, err
 		}
 	}

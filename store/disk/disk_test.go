@@ -82,6 +82,38 @@ func TestReopenKeepsHorizon(t *testing.T) {
 	}
 }
 
+// TestReopenKeepsSlidingOwner: a republished copy that extends a key on
+// the sliding horizon keeps the key's first message as its owner on disk,
+// so after a restart that message's redelivery is still told apart from a
+// republish, as it was before.
+func TestReopenKeepsSlidingOwner(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	now := time.Now()
+	s, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := dedup.KeyOf("order-7")
+	claim(t, s, k, "m1", now)
+	commit(t, s, k, "m1", now.Add(time.Minute))
+	at := now.Add(time.Second)
+	v, err := s.Claim(context.Background(), dedup.Claim{Key: k, MsgID: "m2", Now: at, LeaseUntil: at.Add(30 * time.Second), Extend: at.Add(2 * time.Minute)})
+	if err != nil || v.Status != dedup.Duplicate || v.Kind != dedup.Republish {
+		t.Fatalf("republish extending the key: %v/%v, %v", v.Status, v.Kind, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, path, Options{})
+	later := now.Add(90 * time.Second) // past the first expiry, inside the extended one
+	if v := claim(t, s, k, "m1", later); v.Status != dedup.Duplicate || v.Kind != dedup.Redelivery {
+		t.Errorf("the first message again after reopen: %v/%v, want duplicate/redelivery", v.Status, v.Kind)
+	}
+	if v := claim(t, s, k, "m3", later); v.Status != dedup.Duplicate || v.Kind != dedup.Republish {
+		t.Errorf("another copy after reopen: %v/%v, want duplicate/republish", v.Status, v.Kind)
+	}
+}
+
 func TestFileHeldByAnotherStore(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "db")
 	open(t, path, Options{})

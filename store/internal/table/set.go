@@ -49,13 +49,19 @@ func (s *Set) Shards() int { return len(s.shards) }
 
 // Claim is Table.Claim on the key's shard.
 func (s *Set) Claim(k dedup.Key, tag uint32, now, leaseUntil, extend int64) dedup.Verdict {
+	v, _ := s.ClaimOwner(k, tag, now, leaseUntil, extend)
+	return v
+}
+
+// ClaimOwner is Table.ClaimOwner on the key's shard.
+func (s *Set) ClaimOwner(k dedup.Key, tag uint32, now, leaseUntil, extend int64) (dedup.Verdict, uint32) {
 	sh := &s.shards[s.ShardOf(k)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if now > sh.now.Load() {
 		sh.now.Store(now)
 	}
-	return sh.t.Claim(k, tag, now, leaseUntil, extend)
+	return sh.t.ClaimOwner(k, tag, now, leaseUntil, extend)
 }
 
 // Commit is Table.Commit on the key's shard.

@@ -78,6 +78,14 @@ func (t *Table) Len() int { return t.n }
 // until leaseUntil. With extend > 0 (the sliding horizon), a Duplicate
 // also moves the key's expiry to extend, if that is later.
 func (t *Table) Claim(k dedup.Key, tag uint32, now, leaseUntil, extend int64) dedup.Verdict {
+	v, _ := t.ClaimOwner(k, tag, now, leaseUntil, extend)
+	return v
+}
+
+// ClaimOwner is Claim, and also tells whose the key is after it: the tag
+// of the message that committed or holds it. A store that writes a sliding
+// extension down needs it, since the copy that extends may be another's.
+func (t *Table) ClaimOwner(k dedup.Key, tag uint32, now, leaseUntil, extend int64) (dedup.Verdict, uint32) {
 	t.saw(now)
 	lease := t.until(leaseUntil)
 	at := t.at(now) // after the lease's tick, which may have rebased the clock
@@ -96,7 +104,7 @@ func (t *Table) Claim(k dedup.Key, tag uint32, now, leaseUntil, extend int64) de
 				e.meta = pack(ex, false, e.tag())
 			}
 		}
-		return v
+		return v, e.tag()
 	}
 	if t.sweep(sweepPer, t.now) || t.full() {
 		// The sweep or the growth moved slots: look for the place again.
@@ -104,7 +112,7 @@ func (t *Table) Claim(k dedup.Key, tag uint32, now, leaseUntil, extend int64) de
 		i, d, _ = t.locate(claim.hi, claim.lo)
 	}
 	t.shift(i, claim, d)
-	return dedup.Verdict{Status: dedup.Proceed}
+	return dedup.Verdict{Status: dedup.Proceed}, tag & tagMask
 }
 
 // Commit records the key as done until expires (Unix ns) by the message
