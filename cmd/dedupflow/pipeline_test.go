@@ -79,6 +79,14 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 // address and a client for project.
 func startBroker(t *testing.T, project string) (string, *pubsub.Client) {
 	t.Helper()
+	_, addr, c := serveTestBroker(t, project)
+	return addr, c
+}
+
+// serveTestBroker is startBroker, also returning the broker, for a test
+// that closes it under a command.
+func serveTestBroker(t *testing.T, project string) (*broker.Broker, string, *pubsub.Client) {
+	t.Helper()
 	b, err := broker.New(broker.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -94,14 +102,14 @@ func startBroker(t *testing.T, project string) (string, *pubsub.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return addr, c
+	return b, addr, c
 }
 
 // startInput starts a broker of project "test" with topic "input" and its
 // subscription "input-sub".
-func startInput(t *testing.T) {
+func startInput(t *testing.T) (*broker.Broker, *pubsub.Client) {
 	t.Helper()
-	_, c := startBroker(t, "test")
+	b, _, c := serveTestBroker(t, "test")
 	ctx := context.Background()
 	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: "projects/test/topics/input"}); err != nil {
 		t.Fatal(err)
@@ -111,6 +119,7 @@ func startInput(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return b, c
 }
 
 // freeAddr returns a loopback address that was free a moment ago, for a

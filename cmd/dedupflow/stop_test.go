@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
@@ -40,30 +38,8 @@ func TestStopWhilePubSubDown(t *testing.T) {
 		{"subscribe", "--project", "test", "--subscription", "input-sub"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
-			b, err := broker.New(broker.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr, err := b.Listen("127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = b.Close() })
-			t.Setenv("PUBSUB_EMULATOR_HOST", addr)
+			b, c := startInput(t)
 			ctx := context.Background()
-			c, err := pubsub.NewClient(ctx, "test")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: "projects/test/topics/input"}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{
-				Name: "projects/test/subscriptions/input-sub", Topic: "projects/test/topics/input",
-			}); err != nil {
-				t.Fatal(err)
-			}
 			rctx, stop := context.WithCancel(ctx)
 			defer stop()
 			var stdout, stderr testenv.Buffer
