@@ -58,6 +58,7 @@ const (
 	opClaim uint8 = iota + 1
 	opCommit
 	opRelease
+	opExtend // the sliding horizon's new expiry for a duplicate's key
 )
 
 // op is one queued call. Ops are pooled, and a SET's arguments point into
@@ -253,6 +254,8 @@ func (b *batcher) send(ctx context.Context, c goredis.Cmdable, batch []*op, cc *
 			cmds[i] = pipe.Do(ctx, o.args[:5]...)
 		case opRelease:
 			cmds[i] = releaseScript.EvalSha(ctx, pipe, []string{o.key}, o.msgID)
+		case opExtend:
+			cmds[i] = extendScript.EvalSha(ctx, pipe, []string{o.key}, o.at, o.ttl)
 		}
 	}
 	wait := b.waitCmd(ctx, pipe)
@@ -274,10 +277,16 @@ func (b *batcher) send(ctx context.Context, c goredis.Cmdable, batch []*op, cc *
 			} else {
 				o.finish(err)
 			}
-		case o.kind == opRelease && goredis.HasErrorPrefix(err, "NOSCRIPT"):
+		case (o.kind == opRelease || o.kind == opExtend) && goredis.HasErrorPrefix(err, "NOSCRIPT"):
 			again = append(again, o)
 		case o.kind == opCommit && err == nil:
 			o.finish(few)
+		case o.kind == opExtend && err == nil:
+			if n, _ := cmds[i].Int(); n == 1 {
+				o.finish(few) // a new expiry the replicas may not hold
+			} else {
+				o.finish(nil)
+			}
 		default:
 			o.finish(b.classify(err))
 		}
@@ -331,9 +340,11 @@ func (b *batcher) scripts(ctx context.Context, c goredis.Cmdable, ops []*op, cc 
 		cmds := make([]*goredis.Cmd, len(ops))
 		for i, o := range ops {
 			sc, args := releaseScript, []any{o.msgID}
-			if o.kind == opClaim {
-				sc = claimScript
-				args = []any{o.msgID, o.tag(), o.now, o.at, o.ttl}
+			switch o.kind {
+			case opClaim:
+				sc, args = claimScript, []any{o.msgID, o.tag(), o.now, o.at, o.ttl}
+			case opExtend:
+				sc, args = extendScript, []any{o.at, o.ttl}
 			}
 			if eval {
 				cmds[i] = sc.Eval(ctx, pipe, []string{o.key}, args...)
@@ -348,8 +359,8 @@ func (b *batcher) scripts(ctx context.Context, c goredis.Cmdable, ops []*op, cc 
 		for i, cmd := range cmds {
 			if err := replyErr(cmd, perr); err != nil {
 				cmd.SetErr(err)
-			} else if n, _ := cmd.Int(); few != nil && ops[i].kind == opClaim && n == 1 {
-				cmd.SetErr(few) // a claim taken that the replicas may not hold
+			} else if n, _ := cmd.Int(); few != nil && (ops[i].kind == opClaim || ops[i].kind == opExtend) && n == 1 {
+				cmd.SetErr(few) // a claim taken, or an expiry moved, that the replicas may not hold
 			}
 		}
 		return cmds

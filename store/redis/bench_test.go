@@ -169,3 +169,37 @@ func BenchmarkCommitWait(b *testing.B) {
 		b.Run(q, func(b *testing.B) { claimCommit(b, open(b, url+"?"+q, Options{Prefix: "bench:"})) })
 	}
 }
+
+// BenchmarkSlidingCopy: republished copies on the sliding horizon, from
+// 1000 callers: each claim finds its key done and moves its expiry later.
+//
+//	go test -run '^$' -bench SlidingCopy -benchtime 3s ./store/redis
+func BenchmarkSlidingCopy(b *testing.B) {
+	s := open(b, testenv.RedisURL(b), Options{Prefix: "bench:"})
+	ctx, now := context.Background(), time.Now()
+	keys := make([]dedup.Key, 10_000)
+	for i := range keys {
+		keys[i] = benchKey()
+		if _, err := s.Claim(ctx, dedup.Claim{Key: keys[i], MsgID: "m", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Commit(ctx, keys[i], "m", now.Add(time.Hour)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var seq atomic.Int64
+	parallel(b, callers)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := seq.Add(1)
+			c := dedup.Claim{Key: keys[n%int64(len(keys))], MsgID: "copy", Now: now, LeaseUntil: now.Add(time.Minute),
+				Extend: now.Add(time.Hour + time.Duration(n)*time.Millisecond)}
+			if v, err := s.Claim(ctx, c); err != nil || v.Status != dedup.Duplicate {
+				b.Errorf("copy: %v, %v", v.Status, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "copies/s")
+}

@@ -303,12 +303,20 @@ func (s *Store) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error)
 	if err != nil || v.Status != dedup.Duplicate || c.Extend.IsZero() {
 		return v, err
 	}
-	return v, s.extend(ctx, c.Key, ms(c.Extend), now)
+	e := s.b.get()
+	e.kind, e.key, e.at = opExtend, s.key(c.Key), ms(c.Extend)
+	e.ttl = max(e.at-now, 1) + s.slack
+	if _, err := s.b.do(ctx, e); err != nil {
+		return v, fmt.Errorf("extend key: %w", err)
+	}
+	return v, nil
 }
 
 // extendScript moves a committed key's expiry later (the sliding horizon),
-// keeping its message tag; a claim or a later expiry is left alone.
-// KEYS[1] key; ARGV: until ms, TTL ms.
+// keeping its message tag; a claim or a later expiry is left alone. It
+// runs in the batcher's pipelines, so under Options.Wait the new expiry is
+// confirmed by the replicas like a commit. KEYS[1] key; ARGV: until ms,
+// TTL ms. Returns 1 when it moved the expiry.
 var extendScript = goredis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if not v or string.sub(v, 1, 1) ~= 'd' then return 0 end
@@ -317,16 +325,6 @@ if not c or tonumber(string.sub(v, 2, c - 1)) >= tonumber(ARGV[1]) then return 0
 redis.call('SET', KEYS[1], 'd' .. ARGV[1] .. string.sub(v, c), 'PX', ARGV[2])
 return 1
 `)
-
-// extend runs extendScript for a duplicate's key: one more round trip per
-// caught copy, in sliding mode only.
-func (s *Store) extend(ctx context.Context, k dedup.Key, until, now int64) error {
-	err := extendScript.Run(ctx, s.rdb, []string{s.key(k)}, until, max(until-now, 1)+s.slack).Err()
-	if err != nil {
-		return fmt.Errorf("extend key: %w", s.b.classify(err))
-	}
-	return nil
-}
 
 // Commit implements dedup.Store.
 func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires time.Time) error {

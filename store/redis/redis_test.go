@@ -86,6 +86,58 @@ func TestTTLSlack(t *testing.T) {
 	}
 }
 
+// TestScriptsForgotten: after the server forgot its scripts (SCRIPT FLUSH,
+// as a restart does), the claim, release and sliding-horizon scripts run
+// again: a republished copy still extends its key, a claim still meets a
+// record, a release still drops its claim.
+func TestScriptsForgotten(t *testing.T) {
+	port := freePort(t)
+	startRedis(t, port)
+	s := open(t, fmt.Sprintf("redis://127.0.0.1:%d/0", port), Options{})
+	ctx, now := context.Background(), time.Now()
+	claim := func(k dedup.Key, id string, at time.Time, extend time.Time) dedup.Verdict {
+		t.Helper()
+		v, err := s.Claim(ctx, dedup.Claim{Key: k, MsgID: id, Now: at, LeaseUntil: at.Add(time.Minute), Extend: extend})
+		if err != nil {
+			t.Fatalf("claim %s by %s: %v", k, id, err)
+		}
+		return v
+	}
+	done, held := dedup.KeyOf("done"), dedup.KeyOf("held")
+	claim(done, "m1", now, time.Time{})
+	if err := s.Commit(ctx, done, "m1", now.Add(10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	claim(held, "m1", now, time.Time{})
+	if err := s.rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if v := claim(done, "m2", now.Add(time.Second), now.Add(time.Minute)); v.Status != dedup.Duplicate || v.Kind != dedup.Republish {
+		t.Fatalf("republish extending the key: %v/%v", v.Status, v.Kind)
+	}
+	// Past the first expiry, inside the extended one: still a duplicate.
+	if v := claim(done, "m1", now.Add(30*time.Second), time.Time{}); v.Status != dedup.Duplicate || v.Kind != dedup.Redelivery {
+		t.Errorf("after the extension: %v/%v, want duplicate/redelivery", v.Status, v.Kind)
+	}
+	if err := s.rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(ctx, held, "m1"); err != nil {
+		t.Fatal(err)
+	}
+	if v := claim(held, "m2", now.Add(time.Second), time.Time{}); v.Status != dedup.Proceed {
+		t.Errorf("claim after the release: %v, want proceed", v.Status)
+	}
+	if err := s.rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Past the extended expiry the record is still in Redis (its TTL has
+	// slack): taking it over is the claim script's.
+	if v := claim(done, "m3", now.Add(2*time.Minute), time.Time{}); v.Status != dedup.Proceed {
+		t.Errorf("claim past the expiry: %v, want proceed", v.Status)
+	}
+}
+
 func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
