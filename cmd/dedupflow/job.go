@@ -12,6 +12,7 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // jobFlags are a dedup pipeline's flags as given, shared by `pipeline` and
@@ -113,6 +114,8 @@ type jobConfig struct {
 	maxBytes       int
 	metricsAddr    string
 	push           pushFlags // addr empty: pull
+	// collectors join the pipeline's on --metrics-addr: up adds its broker's.
+	collectors []prometheus.Collector
 }
 
 // config checks every flag, before anything connects: a mistake should

@@ -113,6 +113,7 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 		deps.HorizonKeys = l.Len
 	}
 	reg := newRegistry()
+	reg.MustRegister(cfg.collectors...)
 	deps.Registerer = reg
 	p, err := pipeline.New(pc, deps)
 	if err != nil {

@@ -205,6 +205,7 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 	var banner sync.Once
 	consoleURL := "http://" + dialable(ln.Addr().String())
 	// One part failing stops the others.
+	u.job.collectors = append(u.job.collectors, brokerCollector{b})
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return con.Serve(gctx, ln) })
 	g.Go(func() error {

@@ -232,6 +232,9 @@ func TestUpBinary(t *testing.T) {
 		`dedupflow_received_total`:                                "4",
 		`dedupflow_messages_total{outcome="emitted"}`:             "2",
 		`dedupflow_messages_total{outcome="duplicate_republish"}`: "2",
+		// The broker's side of the same: the pipeline's input drained.
+		`dedupflow_broker_undelivered_messages{subscription="projects/` + upDefaultProj + `/subscriptions/` + upPipelineSub + `"}`: "0",
+		`dedupflow_broker_unacked_messages{subscription="projects/` + upDefaultProj + `/subscriptions/` + upPipelineSub + `"}`:     "0",
 	})
 
 	publish("Message 5", "789")
