@@ -98,6 +98,10 @@ type pusher struct {
 	window   int
 	inFlight int
 
+	// failing is set by a failed push and cleared by an acked one, so the
+	// change is logged once each way, not every message.
+	failing atomic.Bool
+
 	tokMu  sync.Mutex // the OIDC token, reused until close to its expiry
 	tok    string
 	tokFor string
@@ -338,19 +342,39 @@ func (p *pusher) send(j pushJob, tg pushTarget) bool {
 	resp, err := p.b.pushClient.Do(req)
 	if err != nil {
 		if processing.Load() {
-			return true
+			return p.answered(tg)
 		}
-		p.b.log.Debug("push failed", "subscription", tg.sub, "message_id", j.d.m.id(), "err", err)
+		p.failed(tg, j, "err", err)
 		return false
 	}
 	_, _ = io.CopyN(io.Discard, resp.Body, pushDrain)
 	resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusProcessing, http.StatusOK, http.StatusCreated, http.StatusAccepted, http.StatusNoContent:
-		return true
+		return p.answered(tg)
 	}
-	p.b.log.Debug("push nacked", "subscription", tg.sub, "message_id", j.d.m.id(), "status", resp.StatusCode)
+	p.failed(tg, j, "status", resp.StatusCode)
 	return false
+}
+
+// failed logs a failed push: as a warning when the endpoint answered
+// before it (an endpoint that is down must show at the default level),
+// else at debug.
+func (p *pusher) failed(tg pushTarget, j pushJob, why ...any) {
+	args := append([]any{"subscription", tg.sub, "endpoint", tg.endpoint, "message_id", j.d.m.id()}, why...)
+	if p.failing.CompareAndSwap(false, true) {
+		p.b.log.Warn("push endpoint failing: messages are nacked and pushed again with backoff", args...)
+		return
+	}
+	p.b.log.Debug("push failed", args...)
+}
+
+// answered notes an acked push, and logs the endpoint's recovery.
+func (p *pusher) answered(tg pushTarget) bool {
+	if p.failing.CompareAndSwap(true, false) {
+		p.b.log.Info("push endpoint answers again", "subscription", tg.sub, "endpoint", tg.endpoint)
+	}
+	return true
 }
 
 // request builds the POST for one message: the wrapped JSON body by
