@@ -19,6 +19,20 @@ type publisherServer struct {
 	b *Broker
 }
 
+// change runs fn under the broker's lock and then, unless fn failed, waits
+// until what it logged is durable: the shape of every call that changes
+// state. fn's error is returned as it is.
+func (b *Broker) change(ctx context.Context, fn func() error) error {
+	b.mu.Lock()
+	err := fn()
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return durable(ctx, b, off)
+}
+
 // durable turns a failure to reach durability into a status the clients
 // retry (Unavailable), after the state change already happened in memory.
 func durable(ctx context.Context, b *Broker, off uint64) error {
@@ -49,23 +63,25 @@ func (p *publisherServer) CreateTopic(ctx context.Context, req *pb.Topic) (*pb.T
 		return nil, status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d.AsDuration(), minRetention, maxRetention)
 	}
 	b := p.b
-	b.mu.Lock()
-	if b.topics[req.Name] != nil {
-		b.mu.Unlock()
-		return nil, status.Errorf(codes.AlreadyExists, "topic %s already exists", req.Name)
-	}
-	if err := b.checkSchemaSettingsLocked(req.SchemaSettings); err != nil {
-		b.mu.Unlock()
+	var out *pb.Topic
+	err := b.change(ctx, func() error {
+		if b.topics[req.Name] != nil {
+			return status.Errorf(codes.AlreadyExists, "topic %s already exists", req.Name)
+		}
+		if err := b.checkSchemaSettingsLocked(req.SchemaSettings); err != nil {
+			return err
+		}
+		tp := proto.Clone(req).(*pb.Topic)
+		tp.State = pb.Topic_ACTIVE
+		b.putTopicLocked(b.nextID, tp)
+		out = proto.Clone(tp).(*pb.Topic)
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	tp := proto.Clone(req).(*pb.Topic)
-	tp.State = pb.Topic_ACTIVE
-	b.putTopicLocked(b.nextID, tp)
-	out := proto.Clone(tp).(*pb.Topic)
-	off := b.offsetLocked()
-	b.mu.Unlock()
 	b.log.Debug("topic created", "topic", req.Name)
-	return out, durable(ctx, b, off)
+	return out, nil
 }
 
 func (p *publisherServer) topic(name string) (*topic, error) {
@@ -91,30 +107,30 @@ func (p *publisherServer) GetTopic(_ context.Context, req *pb.GetTopicRequest) (
 
 func (p *publisherServer) UpdateTopic(ctx context.Context, req *pb.UpdateTopicRequest) (*pb.Topic, error) {
 	b := p.b
-	b.mu.Lock()
-	t, err := p.topic(req.GetTopic().GetName())
+	var out *pb.Topic
+	err := b.change(ctx, func() error {
+		t, err := p.topic(req.GetTopic().GetName())
+		if err != nil {
+			return err
+		}
+		tp := proto.Clone(t.proto).(*pb.Topic)
+		if err := applyMask(tp, req.Topic, req.UpdateMask, "name", "state"); err != nil {
+			return err
+		}
+		if d := tp.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {
+			return status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d.AsDuration(), minRetention, maxRetention)
+		}
+		if err := b.checkSchemaSettingsLocked(tp.SchemaSettings); err != nil {
+			return err
+		}
+		b.putTopicLocked(t.id, tp)
+		out = proto.Clone(tp).(*pb.Topic)
+		return nil
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	tp := proto.Clone(t.proto).(*pb.Topic)
-	if err := applyMask(tp, req.Topic, req.UpdateMask, "name", "state"); err != nil {
-		b.mu.Unlock()
-		return nil, err
-	}
-	if d := tp.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {
-		b.mu.Unlock()
-		return nil, status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d.AsDuration(), minRetention, maxRetention)
-	}
-	if err := b.checkSchemaSettingsLocked(tp.SchemaSettings); err != nil {
-		b.mu.Unlock()
-		return nil, err
-	}
-	b.putTopicLocked(t.id, tp)
-	out := proto.Clone(tp).(*pb.Topic)
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return out, durable(ctx, b, off)
+	return out, nil
 }
 
 func (p *publisherServer) ListTopics(_ context.Context, req *pb.ListTopicsRequest) (*pb.ListTopicsResponse, error) {
@@ -167,36 +183,39 @@ func (p *publisherServer) ListTopicSnapshots(_ context.Context, req *pb.ListTopi
 }
 
 func (p *publisherServer) DeleteTopic(ctx context.Context, req *pb.DeleteTopicRequest) (*emptypb.Empty, error) {
-	b := p.b
-	b.mu.Lock()
-	t, err := p.topic(req.Topic)
+	err := p.b.change(ctx, func() error {
+		t, err := p.topic(req.Topic)
+		if err != nil {
+			return err
+		}
+		p.b.deleteTopicLocked(t)
+		return nil
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	b.deleteTopicLocked(t)
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return &emptypb.Empty{}, durable(ctx, b, off)
+	return &emptypb.Empty{}, nil
 }
 
 func (p *publisherServer) DetachSubscription(ctx context.Context, req *pb.DetachSubscriptionRequest) (*pb.DetachSubscriptionResponse, error) {
 	b := p.b
-	b.mu.Lock()
-	s, err := b.sub.subscription(req.Subscription)
+	err := b.change(ctx, func() error {
+		s, err := b.sub.subscription(req.Subscription)
+		if err != nil {
+			return err
+		}
+		// A detached subscription keeps its settings but loses its backlog
+		// and receives nothing more.
+		b.resetSubLocked(s)
+		sp := proto.Clone(s.proto).(*pb.Subscription)
+		sp.Detached = true
+		b.putSubLocked(s.id, nil, s.firstSeq, sp)
+		return nil
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	// A detached subscription keeps its settings but loses its backlog and
-	// receives nothing more.
-	b.resetSubLocked(s)
-	sp := proto.Clone(s.proto).(*pb.Subscription)
-	sp.Detached = true
-	b.putSubLocked(s.id, nil, s.firstSeq, sp)
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return &pb.DetachSubscriptionResponse{}, durable(ctx, b, off)
+	return &pb.DetachSubscriptionResponse{}, nil
 }
 
 // Publish stores the messages and answers once they are durable.

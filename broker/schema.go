@@ -126,15 +126,17 @@ func (srv *schemaServer) CreateSchema(ctx context.Context, req *pb.CreateSchemaR
 	}
 	s.revs = []*schemaRev{r}
 	b := srv.b
-	b.mu.Lock()
-	if b.schemas[name] != nil {
-		b.mu.Unlock()
-		return nil, status.Errorf(codes.AlreadyExists, "schema %s already exists", name)
+	err = b.change(ctx, func() error {
+		if b.schemas[name] != nil {
+			return status.Errorf(codes.AlreadyExists, "schema %s already exists", name)
+		}
+		b.putSchemaLocked(s)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	b.putSchemaLocked(s)
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return view(r, pb.SchemaView_FULL), durable(ctx, b, off)
+	return view(r, pb.SchemaView_FULL), nil
 }
 
 func (srv *schemaServer) GetSchema(_ context.Context, req *pb.GetSchemaRequest) (*pb.Schema, error) {
@@ -222,32 +224,28 @@ func (b *Broker) addRevision(ctx context.Context, name string, pick func(*schema
 	if _, _, err := parseName(name, "schemas"); err != nil {
 		return nil, err
 	}
-	r, off, err := b.commitRevision(name, pick)
+	var r *schemaRev
+	err := b.change(ctx, func() error {
+		s := b.schemas[name]
+		if s == nil {
+			return status.Errorf(codes.NotFound, "schema not found: %s", name)
+		}
+		typ, def, err := pick(s)
+		if err != nil {
+			return err
+		}
+		// Parsed under the lock: commits are rare, and the revision list
+		// must not change between the pick and the append.
+		if r, err = b.newRevision(s, typ, def); err != nil {
+			return err
+		}
+		b.putSchemaLocked(&schema{name: name, revs: append(slices.Clip(s.revs), r)})
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	return view(r, pb.SchemaView_FULL), durable(ctx, b, off)
-}
-
-func (b *Broker) commitRevision(name string, pick func(*schema) (pb.Schema_Type, string, error)) (*schemaRev, uint64, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.schemas[name]
-	if s == nil {
-		return nil, 0, status.Errorf(codes.NotFound, "schema not found: %s", name)
-	}
-	typ, def, err := pick(s)
-	if err != nil {
-		return nil, 0, err
-	}
-	// Parsed under the lock: commits are rare, and the revision list must
-	// not change between the pick and the append.
-	r, err := b.newRevision(s, typ, def)
-	if err != nil {
-		return nil, 0, err
-	}
-	b.putSchemaLocked(&schema{name: name, revs: append(slices.Clip(s.revs), r)})
-	return r, b.offsetLocked(), nil
+	return view(r, pb.SchemaView_FULL), nil
 }
 
 func (srv *schemaServer) DeleteSchemaRevision(ctx context.Context, req *pb.DeleteSchemaRevisionRequest) (*pb.Schema, error) {
@@ -263,20 +261,23 @@ func (srv *schemaServer) DeleteSchemaRevision(ctx context.Context, req *pb.Delet
 		return nil, status.Errorf(codes.InvalidArgument, "name the revision to delete: %s@REVISION", base)
 	}
 	b := srv.b
-	b.mu.Lock()
-	s, r, err := b.schemaLocked(name)
+	var r *schemaRev
+	err = b.change(ctx, func() error {
+		s, rv, err := b.schemaLocked(name)
+		if err != nil {
+			return err
+		}
+		if len(s.revs) == 1 {
+			return status.Errorf(codes.FailedPrecondition, "revision %s is the only one of schema %s: delete the schema instead", rev, base)
+		}
+		r = rv
+		b.putSchemaLocked(&schema{name: base, revs: slices.DeleteFunc(slices.Clone(s.revs), func(x *schemaRev) bool { return x == r })})
+		return nil
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	if len(s.revs) == 1 {
-		b.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "revision %s is the only one of schema %s: delete the schema instead", rev, base)
-	}
-	b.putSchemaLocked(&schema{name: base, revs: slices.DeleteFunc(slices.Clone(s.revs), func(x *schemaRev) bool { return x == r })})
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return view(r, pb.SchemaView_FULL), durable(ctx, b, off)
+	return view(r, pb.SchemaView_FULL), nil
 }
 
 func (srv *schemaServer) DeleteSchema(ctx context.Context, req *pb.DeleteSchemaRequest) (*emptypb.Empty, error) {
@@ -284,16 +285,18 @@ func (srv *schemaServer) DeleteSchema(ctx context.Context, req *pb.DeleteSchemaR
 		return nil, err
 	}
 	b := srv.b
-	b.mu.Lock()
-	s := b.schemas[req.Name]
-	if s == nil {
-		b.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "schema not found: %s", req.Name)
+	err := b.change(ctx, func() error {
+		s := b.schemas[req.Name]
+		if s == nil {
+			return status.Errorf(codes.NotFound, "schema not found: %s", req.Name)
+		}
+		b.deleteSchemaLocked(s)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	b.deleteSchemaLocked(s)
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return &emptypb.Empty{}, durable(ctx, b, off)
+	return &emptypb.Empty{}, nil
 }
 
 func (srv *schemaServer) ValidateSchema(_ context.Context, req *pb.ValidateSchemaRequest) (*pb.ValidateSchemaResponse, error) {

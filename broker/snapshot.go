@@ -185,27 +185,29 @@ func (srv *subscriberServer) snapshot(name string) (*snapshot, error) {
 
 func (srv *subscriberServer) CreateSnapshot(ctx context.Context, req *pb.CreateSnapshotRequest) (*pb.Snapshot, error) {
 	b := srv.b
-	b.mu.Lock()
-	s, err := srv.subscription(req.Subscription)
+	var out *pb.Snapshot
+	err := b.change(ctx, func() error {
+		s, err := srv.subscription(req.Subscription)
+		if err != nil {
+			return err
+		}
+		name := req.Name
+		if name == "" {
+			// The service names it itself when the request does not.
+			project, _, _ := parseName(req.Subscription, "subscriptions")
+			name = "projects/" + project + "/snapshots/snapshot-" + strconv.FormatUint(b.nextID, 10)
+		}
+		sn, err := srv.createSnapshotLocked(s, name, req.Labels)
+		if err != nil {
+			return err
+		}
+		out = proto.Clone(sn.proto).(*pb.Snapshot)
+		return nil
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	name := req.Name
-	if name == "" {
-		// The service names it itself when the request does not.
-		project, _, _ := parseName(req.Subscription, "subscriptions")
-		name = "projects/" + project + "/snapshots/snapshot-" + strconv.FormatUint(b.nextID, 10)
-	}
-	sn, err := srv.createSnapshotLocked(s, name, req.Labels)
-	if err != nil {
-		b.mu.Unlock()
-		return nil, err
-	}
-	out := proto.Clone(sn.proto).(*pb.Snapshot)
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return out, durable(ctx, b, off)
+	return out, nil
 }
 
 func (srv *subscriberServer) createSnapshotLocked(s *subscription, name string, labels map[string]string) (*snapshot, error) {
@@ -268,47 +270,47 @@ func (srv *subscriberServer) ListSnapshots(_ context.Context, req *pb.ListSnapsh
 // earlier: the snapshot keeps its messages only as long as it was promised.
 func (srv *subscriberServer) UpdateSnapshot(ctx context.Context, req *pb.UpdateSnapshotRequest) (*pb.Snapshot, error) {
 	b := srv.b
-	b.mu.Lock()
-	sn, err := srv.snapshot(req.GetSnapshot().GetName())
-	if err != nil {
-		b.mu.Unlock()
-		return nil, err
-	}
-	sp := proto.Clone(sn.proto).(*pb.Snapshot)
-	err = applyMask(sp, req.Snapshot, req.UpdateMask, "name", "topic")
-	if err == nil {
+	var out *pb.Snapshot
+	err := b.change(ctx, func() error {
+		sn, err := srv.snapshot(req.GetSnapshot().GetName())
+		if err != nil {
+			return err
+		}
+		sp := proto.Clone(sn.proto).(*pb.Snapshot)
+		if err := applyMask(sp, req.Snapshot, req.UpdateMask, "name", "topic"); err != nil {
+			return err
+		}
 		now, was := time.Unix(0, b.nowNanos()), sn.proto.ExpireTime.AsTime()
 		switch at := sp.ExpireTime.AsTime(); {
 		case sp.ExpireTime == nil || !at.After(now):
-			err = status.Errorf(codes.InvalidArgument, "expire_time must be in the future, not %v", at.UTC())
+			return status.Errorf(codes.InvalidArgument, "expire_time must be in the future, not %v", at.UTC())
 		case at.After(was):
-			err = status.Errorf(codes.InvalidArgument, "expire_time %v is later than the snapshot's expiry %v, which cannot be extended", at.UTC(), was.UTC())
+			return status.Errorf(codes.InvalidArgument, "expire_time %v is later than the snapshot's expiry %v, which cannot be extended", at.UTC(), was.UTC())
 		}
-	}
+		sn.proto = sp
+		b.logRecord(recSnap, func(d []byte) []byte { return appendSnap(d, sn, 0, 0) })
+		out = proto.Clone(sp).(*pb.Snapshot)
+		return nil
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	sn.proto = sp
-	b.logRecord(recSnap, func(d []byte) []byte { return appendSnap(d, sn, 0, 0) })
-	out := proto.Clone(sp).(*pb.Snapshot)
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return out, durable(ctx, b, off)
+	return out, nil
 }
 
 func (srv *subscriberServer) DeleteSnapshot(ctx context.Context, req *pb.DeleteSnapshotRequest) (*emptypb.Empty, error) {
-	b := srv.b
-	b.mu.Lock()
-	sn, err := srv.snapshot(req.Snapshot)
+	err := srv.b.change(ctx, func() error {
+		sn, err := srv.snapshot(req.Snapshot)
+		if err != nil {
+			return err
+		}
+		srv.b.deleteSnapshotLocked(sn)
+		return nil
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	b.deleteSnapshotLocked(sn)
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return &emptypb.Empty{}, durable(ctx, b, off)
+	return &emptypb.Empty{}, nil
 }
 
 // seekToSnapshotLocked is Seek with a snapshot target; b.mu must be held.

@@ -45,27 +45,28 @@ func (srv *subscriberServer) CreateSubscription(ctx context.Context, req *pb.Sub
 	}
 	sp.State = pb.Subscription_ACTIVE
 	b := srv.b
-	b.mu.Lock()
-	if b.subs[req.Name] != nil {
-		b.mu.Unlock()
-		return nil, status.Errorf(codes.AlreadyExists, "subscription %s already exists", req.Name)
+	var out *pb.Subscription
+	err := b.change(ctx, func() error {
+		if b.subs[req.Name] != nil {
+			return status.Errorf(codes.AlreadyExists, "subscription %s already exists", req.Name)
+		}
+		t := b.topics[req.Topic]
+		if t == nil {
+			return status.Errorf(codes.NotFound, "topic not found: %s", req.Topic)
+		}
+		if dl := sp.DeadLetterPolicy; dl != nil && b.topics[dl.DeadLetterTopic] == nil {
+			return status.Errorf(codes.NotFound, "dead-letter topic not found: %s", dl.DeadLetterTopic)
+		}
+		// firstSeq = nextSeq: nothing published before this point is delivered.
+		s := b.putSubLocked(b.nextID, t, b.nextSeq, sp)
+		out = proto.Clone(s.proto).(*pb.Subscription)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	t := b.topics[req.Topic]
-	if t == nil {
-		b.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "topic not found: %s", req.Topic)
-	}
-	if dl := sp.DeadLetterPolicy; dl != nil && b.topics[dl.DeadLetterTopic] == nil {
-		b.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "dead-letter topic not found: %s", dl.DeadLetterTopic)
-	}
-	// firstSeq = nextSeq: nothing published before this point is delivered.
-	s := b.putSubLocked(b.nextID, t, b.nextSeq, sp)
-	out := proto.Clone(s.proto).(*pb.Subscription)
-	off := b.offsetLocked()
-	b.mu.Unlock()
 	b.log.Debug("subscription created", "subscription", req.Name, "topic", req.Topic)
-	return out, durable(ctx, b, off)
+	return out, nil
 }
 
 func (srv *subscriberServer) GetSubscription(_ context.Context, req *pb.GetSubscriptionRequest) (*pb.Subscription, error) {
@@ -80,31 +81,32 @@ func (srv *subscriberServer) GetSubscription(_ context.Context, req *pb.GetSubsc
 
 func (srv *subscriberServer) UpdateSubscription(ctx context.Context, req *pb.UpdateSubscriptionRequest) (*pb.Subscription, error) {
 	b := srv.b
-	b.mu.Lock()
-	s, err := srv.subscription(req.GetSubscription().GetName())
+	var out *pb.Subscription
+	err := b.change(ctx, func() error {
+		s, err := srv.subscription(req.GetSubscription().GetName())
+		if err != nil {
+			return err
+		}
+		sp := proto.Clone(s.proto).(*pb.Subscription)
+		// Ordering cannot change: queued messages are laid out for one mode.
+		// The filter is fixed at creation, as in the service.
+		if err := applyMask(sp, req.Subscription, req.UpdateMask, "name", "topic", "enable_message_ordering", "filter", "state", "detached"); err != nil {
+			return err
+		}
+		if err := checkSubscriptionConfig(sp); err != nil {
+			return err
+		}
+		if sp.DeadLetterPolicy != nil && b.topics[sp.DeadLetterPolicy.DeadLetterTopic] == nil {
+			return status.Errorf(codes.NotFound, "dead-letter topic not found: %s", sp.DeadLetterPolicy.DeadLetterTopic)
+		}
+		b.putSubLocked(s.id, s.topic, s.firstSeq, sp)
+		out = proto.Clone(sp).(*pb.Subscription)
+		return nil
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	sp := proto.Clone(s.proto).(*pb.Subscription)
-	// Ordering cannot change: queued messages are laid out for one mode.
-	// The filter is fixed at creation, as in the service.
-	err = applyMask(sp, req.Subscription, req.UpdateMask, "name", "topic", "enable_message_ordering", "filter", "state", "detached")
-	if err == nil {
-		err = checkSubscriptionConfig(sp)
-	}
-	if err == nil && sp.DeadLetterPolicy != nil && b.topics[sp.DeadLetterPolicy.DeadLetterTopic] == nil {
-		err = status.Errorf(codes.NotFound, "dead-letter topic not found: %s", sp.DeadLetterPolicy.DeadLetterTopic)
-	}
-	if err != nil {
-		b.mu.Unlock()
-		return nil, err
-	}
-	b.putSubLocked(s.id, s.topic, s.firstSeq, sp)
-	out := proto.Clone(sp).(*pb.Subscription)
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return out, durable(ctx, b, off)
+	return out, nil
 }
 
 func (srv *subscriberServer) ListSubscriptions(_ context.Context, req *pb.ListSubscriptionsRequest) (*pb.ListSubscriptionsResponse, error) {
@@ -123,17 +125,18 @@ func (srv *subscriberServer) ListSubscriptions(_ context.Context, req *pb.ListSu
 }
 
 func (srv *subscriberServer) DeleteSubscription(ctx context.Context, req *pb.DeleteSubscriptionRequest) (*emptypb.Empty, error) {
-	b := srv.b
-	b.mu.Lock()
-	s, err := srv.subscription(req.Subscription)
+	err := srv.b.change(ctx, func() error {
+		s, err := srv.subscription(req.Subscription)
+		if err != nil {
+			return err
+		}
+		srv.b.deleteSubLocked(s)
+		return nil
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	b.deleteSubLocked(s)
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return &emptypb.Empty{}, durable(ctx, b, off)
+	return &emptypb.Empty{}, nil
 }
 
 // ModifyPushConfig switches a subscription between push (an endpoint) and
@@ -143,21 +146,23 @@ func (srv *subscriberServer) ModifyPushConfig(ctx context.Context, req *pb.Modif
 		return nil, err
 	}
 	b := srv.b
-	b.mu.Lock()
-	s, err := srv.subscription(req.Subscription)
+	err := b.change(ctx, func() error {
+		s, err := srv.subscription(req.Subscription)
+		if err != nil {
+			return err
+		}
+		sp := proto.Clone(s.proto).(*pb.Subscription)
+		sp.PushConfig = &pb.PushConfig{}
+		if req.PushConfig != nil {
+			sp.PushConfig = proto.Clone(req.PushConfig).(*pb.PushConfig)
+		}
+		b.putSubLocked(s.id, s.topic, s.firstSeq, sp)
+		return nil
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	sp := proto.Clone(s.proto).(*pb.Subscription)
-	sp.PushConfig = &pb.PushConfig{}
-	if req.PushConfig != nil {
-		sp.PushConfig = proto.Clone(req.PushConfig).(*pb.PushConfig)
-	}
-	b.putSubLocked(s.id, s.topic, s.firstSeq, sp)
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return &emptypb.Empty{}, durable(ctx, b, off)
+	return &emptypb.Empty{}, nil
 }
 
 // Pull returns what is available, waiting up to Options.PullWait for the
@@ -281,25 +286,25 @@ func (srv *subscriberServer) ModifyAckDeadline(_ context.Context, req *pb.Modify
 
 func (srv *subscriberServer) Seek(ctx context.Context, req *pb.SeekRequest) (*pb.SeekResponse, error) {
 	b := srv.b
-	b.mu.Lock()
-	s, err := srv.subscription(req.Subscription)
-	if err == nil {
+	err := b.change(ctx, func() error {
+		s, err := srv.subscription(req.Subscription)
+		if err != nil {
+			return err
+		}
 		switch v := req.Target.(type) {
 		case *pb.SeekRequest_Time:
 			b.seekLocked(s, v.Time.AsTime().UnixNano())
+			return nil
 		case *pb.SeekRequest_Snapshot:
-			err = srv.seekToSnapshotLocked(s, v.Snapshot)
+			return srv.seekToSnapshotLocked(s, v.Snapshot)
 		default:
-			err = status.Error(codes.InvalidArgument, "seek needs a time or a snapshot")
+			return status.Error(codes.InvalidArgument, "seek needs a time or a snapshot")
 		}
-	}
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
 	}
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	return &pb.SeekResponse{}, durable(ctx, b, off)
+	return &pb.SeekResponse{}, nil
 }
 
 // ackLocked acknowledges ackIDs on s. It returns, for exactly-once
