@@ -159,9 +159,10 @@ func (s *Store) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error)
 	}
 	tag := dedup.MsgTag(c.MsgID)
 	if c.Extend.IsZero() {
-		return s.set.Claim(c.Key, tag, c.Now.UnixNano(), c.LeaseUntil.UnixNano(), 0), nil
+		v, _ := s.set.Claim(c.Key, tag, c.Now.UnixNano(), c.LeaseUntil.UnixNano(), 0)
+		return v, nil
 	}
-	v, owner := s.set.ClaimOwner(c.Key, tag, c.Now.UnixNano(), c.LeaseUntil.UnixNano(), c.Extend.UnixNano())
+	v, owner := s.set.Claim(c.Key, tag, c.Now.UnixNano(), c.LeaseUntil.UnixNano(), c.Extend.UnixNano())
 	if v.Status == dedup.Duplicate && c.Extend.After(v.Expires) {
 		// The key stays its first message's, whichever copy extended it, so
 		// that message's redelivery after a restart is still one.

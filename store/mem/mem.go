@@ -30,7 +30,8 @@ func New() *Store { return &Store{set: table.NewSet(shardBits, 0)} }
 
 // Claim implements dedup.Store.
 func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
-	return s.set.Claim(c.Key, dedup.MsgTag(c.MsgID), c.Now.UnixNano(), c.LeaseUntil.UnixNano(), unixNano(c.Extend)), nil
+	v, _ := s.set.Claim(c.Key, dedup.MsgTag(c.MsgID), c.Now.UnixNano(), c.LeaseUntil.UnixNano(), unixNano(c.Extend))
+	return v, nil
 }
 
 // unixNano is t in Unix ns, 0 for the zero time (no extension).

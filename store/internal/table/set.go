@@ -47,14 +47,9 @@ func (s *Set) Shard(i int) *Table { return s.shards[i].t }
 // Shards is how many shards the set has.
 func (s *Set) Shards() int { return len(s.shards) }
 
-// Claim is Table.Claim on the key's shard.
-func (s *Set) Claim(k dedup.Key, tag uint32, now, leaseUntil, extend int64) dedup.Verdict {
-	v, _ := s.ClaimOwner(k, tag, now, leaseUntil, extend)
-	return v
-}
-
-// ClaimOwner is Table.ClaimOwner on the key's shard.
-func (s *Set) ClaimOwner(k dedup.Key, tag uint32, now, leaseUntil, extend int64) (dedup.Verdict, uint32) {
+// Claim is Table.ClaimOwner on the key's shard: the verdict, and whose
+// the key is after it.
+func (s *Set) Claim(k dedup.Key, tag uint32, now, leaseUntil, extend int64) (dedup.Verdict, uint32) {
 	sh := &s.shards[s.ShardOf(k)]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
