@@ -98,7 +98,9 @@ type Receiver interface {
 // Receive runs in.Receive with Handle until ctx is done, or until an error
 // that retrying cannot fix stops the wrapper: it then returns that error,
 // so a service that exits on it is restarted (or alerted on) instead of
-// nacking forever.
+// nacking forever. While Pub/Sub is unreachable the official client's
+// Receive does not return after ctx ends; pass
+// pubsubio.StopWithin(sub, grace) as in to bound the stop.
 func (d *Dedup) Receive(ctx context.Context, in Receiver) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
