@@ -19,17 +19,21 @@ import (
 type command struct {
 	name, summary string
 	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	// service: the command runs until it is stopped, so a stop (SIGTERM,
+	// Ctrl-C) that ends it with a cancellation is its normal end. For the
+	// others it cut their work short, and that stays a failure.
+	service bool
 }
 
 func commands() []command {
 	return []command{
-		{"up", "run the tutorial: broker, dedup pipeline and web console", runUp},
-		{"pipeline", "dedup a subscription (or topic) into a topic or database", runPipeline},
-		{"broker", "serve a Pub/Sub-compatible broker", runBroker},
-		{"publish", "publish messages, optionally as retried copies", runPublish},
-		{"subscribe", "print the messages of a subscription", runSubscribe},
-		{"loadgen", "publish logical events with duplicates, for tests and benchmarks", runLoadgen},
-		{"advise", "tell how long the horizon has to be, from a running pipeline's metrics", runAdvise},
+		{"up", "run the tutorial: broker, dedup pipeline and web console", runUp, true},
+		{"pipeline", "dedup a subscription (or topic) into a topic or database", runPipeline, true},
+		{"broker", "serve a Pub/Sub-compatible broker", runBroker, true},
+		{"publish", "publish messages, optionally as retried copies", runPublish, false},
+		{"subscribe", "print the messages of a subscription", runSubscribe, true},
+		{"loadgen", "publish logical events with duplicates, for tests and benchmarks", runLoadgen, false},
+		{"advise", "tell how long the horizon has to be, from a running pipeline's metrics", runAdvise, false},
 	}
 }
 
@@ -58,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, c := range commands() {
 		if c.name == args[0] {
 			err := c.run(ctx, args[1:], stdout, stderr)
-			if err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled) {
+			if c.service && err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled) {
 				// SIGTERM while starting (a rollout, a scale-down) is a
 				// stop as asked: nothing was taken, so nothing failed.
 				return nil

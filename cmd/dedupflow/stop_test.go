@@ -13,7 +13,8 @@ import (
 
 // TestStopWhileStarting: a pipeline told to stop (SIGTERM, Ctrl-C) before
 // it has started exits cleanly, as an orchestrator expects of a rollout,
-// while a bad flag given with the same stop still fails.
+// while a bad flag given with the same stop still fails, and so does a
+// publish the stop kept from publishing.
 func TestStopWhileStarting(t *testing.T) {
 	startInput(t)
 	ctx := context.Background()
@@ -26,6 +27,11 @@ func TestStopWhileStarting(t *testing.T) {
 	}
 	if err := run(stopped, append(args, "--horizon", "0s"), &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "horizon") {
 		t.Errorf("a bad --horizon with a stop: %v, want the flag's error", err)
+	}
+	// A publish cut short by the stop did not do what it was asked: a
+	// script must see that it failed.
+	if err := run(stopped, []string{"publish", "--project", "test", "--topic", "input", "--data", "x"}, &stdout, &stderr); err == nil {
+		t.Errorf("publish stopped before it published: a clean exit, want an error")
 	}
 }
 
