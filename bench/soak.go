@@ -466,7 +466,7 @@ func (s *soak) redeliver(ctx context.Context) error {
 		}
 		snap := s.name("snapshots", "soak-"+strconv.Itoa(i))
 		if _, err := s.client.SubscriptionAdminClient.CreateSnapshot(ctx, &pb.CreateSnapshotRequest{Name: snap, Subscription: sub}); err != nil {
-			return fmt.Errorf("create snapshot: %w", err)
+			return stopped(ctx, fmt.Errorf("create snapshot: %w", err))
 		}
 		select {
 		case <-ctx.Done():
@@ -475,11 +475,21 @@ func (s *soak) redeliver(ctx context.Context) error {
 		}
 		if _, err := s.client.SubscriptionAdminClient.Seek(ctx, &pb.SeekRequest{Subscription: sub,
 			Target: &pb.SeekRequest_Snapshot{Snapshot: snap}}); err != nil {
-			return fmt.Errorf("seek to snapshot: %w", err)
+			return stopped(ctx, fmt.Errorf("seek to snapshot: %w", err))
 		}
 		if err := s.client.SubscriptionAdminClient.DeleteSnapshot(ctx, &pb.DeleteSnapshotRequest{Snapshot: snap}); err != nil {
-			return fmt.Errorf("delete snapshot: %w", err)
+			return stopped(ctx, fmt.Errorf("delete snapshot: %w", err))
 		}
 		s.seeks.Add(1)
 	}
+}
+
+// stopped is err, or nil once ctx ended: a call the end of the soak cut
+// short failed with a gRPC Canceled status, which is no context.Canceled
+// for drive to pass over.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
