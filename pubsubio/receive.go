@@ -19,8 +19,9 @@ type Receiver interface {
 // never returns (googleapis/google-cloud-go#2217): without this a SIGTERM
 // or Ctrl-C during an outage would hang the process. Past grace, Receive
 // returns an error saying so; the client's goroutines stay behind, blocked
-// on the connection, for the process to exit past them. Messages whose
-// acks were not sent are redelivered.
+// on the connection or in callbacks that have not returned yet, for the
+// process to exit past them. Messages whose acks were not sent are
+// redelivered.
 func StopWithin(r Receiver, grace time.Duration) Receiver { return stopWithin{r, grace} }
 
 type stopWithin struct {
@@ -42,6 +43,8 @@ func (s stopWithin) Receive(ctx context.Context, f func(context.Context, *pubsub
 	case err := <-done:
 		return err
 	case <-t.C:
-		return fmt.Errorf("stopped without the Pub/Sub client, which did not stop within %v: the server is unreachable; messages not acknowledged yet will be delivered again", s.grace)
+		// The client also waits for callbacks still running: the server
+		// is the likely cause, not a certain one.
+		return fmt.Errorf("stopped without the Pub/Sub client, which did not stop within %v: the server is unreachable, or a message is still being processed; messages not acknowledged yet will be delivered again", s.grace)
 	}
 }
