@@ -12,9 +12,8 @@ import (
 	"sync"
 
 	"cloud.google.com/go/pubsub/v2"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 func main() {
@@ -31,8 +30,7 @@ func main() {
 }
 
 func run(ctx context.Context, addr, sub string, n, streams, outstanding int) error {
-	c, err := pubsub.NewClient(ctx, "reader", option.WithEndpoint(addr), option.WithoutAuthentication(),
-		option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	c, err := pubsub.NewClient(ctx, "reader", pubsubio.Insecure(addr)...)
 	if err != nil {
 		return err
 	}
