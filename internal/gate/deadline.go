@@ -34,8 +34,8 @@ func newDeadlines(d time.Duration) *deadlines {
 // ctx returns a context whose deadline is at most d and at least d-grain
 // from now.
 func (s *deadlines) ctx() context.Context {
-	// time.Until reads only the monotonic clock, at half the cost of
-	// time.Now, which this path would otherwise pay twice per message.
+	// time.Until reads only the monotonic clock, not the wall clock too
+	// as time.Now does, and this runs for every message.
 	if c := s.cur.Load(); c != nil && time.Until(c.until) >= s.d-s.grain {
 		return c.ctx
 	}
