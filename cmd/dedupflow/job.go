@@ -8,11 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // jobFlags are a dedup pipeline's flags as given, shared by `pipeline` and
