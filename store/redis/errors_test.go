@@ -101,3 +101,17 @@ func TestClientLogsThroughSlog(t *testing.T) {
 		t.Fatalf("the store's log holds %q, want go-redis's failed dial at debug level", out)
 	}
 }
+
+// TestClassifyOnce: an error told apart already keeps its message, so a
+// claim on a server whose replicas lag says "unavailable" once.
+func TestClassifyOnce(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("%w: %w (1 of 2)", dedup.ErrUnavailable, errFewReplicas),
+		classify(errors.New("connection refused")),
+		fmt.Errorf("%w: WRONGPASS", dedup.ErrFatal),
+	} {
+		if got := classify(err); got.Error() != err.Error() {
+			t.Errorf("classify(%q) = %q, want it as it was", err, got)
+		}
+	}
+}

@@ -375,8 +375,10 @@ func (s *Store) Close() error {
 // a cluster (MOVED; on a cluster client see batcher.classify) or the reverse, a server too old for the commands. Other
 // replies are returned as they are.
 func classify(err error) error {
-	if err == nil {
-		return nil
+	if err == nil || errors.Is(err, dedup.ErrUnavailable) || errors.Is(err, dedup.ErrFatal) {
+		// Told apart already: a WAIT's answer is shared by every op of
+		// its pipeline, and some classify it again.
+		return err
 	}
 	var re goredis.Error
 	if errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded) {
