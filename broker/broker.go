@@ -327,6 +327,20 @@ func (b *Broker) runTimers() {
 	}
 }
 
+// change runs fn under the broker's lock and then, unless fn failed, waits
+// until what it logged is durable: the shape of every call that changes
+// state. fn's error is returned as it is.
+func (b *Broker) change(ctx context.Context, fn func() error) error {
+	b.mu.Lock()
+	err := fn()
+	off := b.offsetLocked()
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return durable(ctx, b, off)
+}
+
 // waitDurable returns once everything the caller logged is on disk (a no-op
 // in memory).
 func (b *Broker) waitDurable(ctx context.Context) error {

@@ -19,20 +19,6 @@ type publisherServer struct {
 	b *Broker
 }
 
-// change runs fn under the broker's lock and then, unless fn failed, waits
-// until what it logged is durable: the shape of every call that changes
-// state. fn's error is returned as it is.
-func (b *Broker) change(ctx context.Context, fn func() error) error {
-	b.mu.Lock()
-	err := fn()
-	off := b.offsetLocked()
-	b.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	return durable(ctx, b, off)
-}
-
 // durable turns a failure to reach durability into a status the clients
 // retry (Unavailable), after the state change already happened in memory.
 func durable(ctx context.Context, b *Broker, off uint64) error {

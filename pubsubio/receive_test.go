@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,5 +43,45 @@ func TestStopWithin(t *testing.T) {
 	}
 	if err := StopWithin(returns{nil}, time.Hour).Receive(ctx, nil); err != nil {
 		t.Errorf("a Receive that stops in time: %v, want nil", err)
+	}
+}
+
+// slowThenStuck delivers one message whose callback runs until released,
+// then hangs like stuck.
+type slowThenStuck struct{ started, release chan struct{} }
+
+func (s slowThenStuck) Receive(ctx context.Context, f func(context.Context, *pubsub.Message)) error {
+	go f(ctx, &pubsub.Message{ID: "1"})
+	<-s.release
+	return ctx.Err()
+}
+
+// TestStopWithinWaitsForCallbacks: a message still being processed at the
+// stop is waited for, however long it takes; the grace starts after it.
+func TestStopWithinWaitsForCallbacks(t *testing.T) {
+	s := slowThenStuck{started: make(chan struct{}), release: make(chan struct{})}
+	defer close(s.release)
+	finish := make(chan struct{})
+	var finished atomic.Bool
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		errc <- StopWithin(s, 10*time.Millisecond).Receive(ctx, func(context.Context, *pubsub.Message) {
+			close(s.started)
+			<-finish
+			finished.Store(true)
+		})
+	}()
+	<-s.started
+	cancel()
+	select {
+	case err := <-errc:
+		t.Fatalf("Receive returned while a callback still ran: %v", err)
+	case <-time.After(50 * time.Millisecond): // five graces: long enough to have cut it short
+	}
+	close(finish)
+	err := <-errc
+	if !finished.Load() || err == nil || !strings.Contains(err.Error(), "did not stop within 10ms") {
+		t.Errorf("after the callback ended: finished %v, %v; want the grace's error", finished.Load(), err)
 	}
 }

@@ -14,6 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// stopGrace is how long a stopped command waits for the Pub/Sub client
+// after its last message was done: time for the last acks to go out.
+const stopGrace = 5 * time.Second
+
 // newRegistry is a command's metrics registry, with the Go runtime's and
 // the process's own metrics (goroutines, heap, resident memory, open
 // files) beside the command's, as operators of any Go service expect.

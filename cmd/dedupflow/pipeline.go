@@ -129,7 +129,7 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 	if cfg.push.addr != "" {
 		err = servePush(ctx, p, cfg, log, started)
 	} else {
-		err = pull(ctx, p, sub, pc.WriteTimeout, cfg, log, started)
+		err = pull(ctx, p, sub, cfg, log, started)
 	}
 	n := p.Counts()
 	log.Info("pipeline stopped", "received", n.Received, "emitted", n.Emitted,
@@ -139,16 +139,14 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 }
 
 // pull runs p on the input subscription.
-func pull(ctx context.Context, p *pipeline.Pipeline, sub *pubsub.Subscriber, writeTimeout time.Duration, cfg *jobConfig, log *slog.Logger, started func(*pipeline.Pipeline)) error {
+func pull(ctx context.Context, p *pipeline.Pipeline, sub *pubsub.Subscriber, cfg *jobConfig, log *slog.Logger, started func(*pipeline.Pipeline)) error {
 	log.Info("pipeline running", "input", sub.String(), "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
 		"id_attribute", cfg.pipeline.Rule.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.Mode.String(),
 		"state", cfg.state.spec, "shadow", cfg.pipeline.Shadow)
 	if started != nil {
 		started(p)
 	}
-	// In-flight writes end within the write timeout, and then nothing
-	// but unsent acks is left to wait for.
-	return p.Run(ctx, pubsubio.StopWithin(sub, writeTimeout))
+	return p.Run(ctx, pubsubio.StopWithin(sub, stopGrace))
 }
 
 // servePush runs p as the endpoint of a push subscription.

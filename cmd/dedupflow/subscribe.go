@@ -87,8 +87,7 @@ func subscribe(ctx context.Context, sub *pubsub.Subscriber, w io.Writer, asJSON 
 	)
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
-	// The callback only prints: a few seconds is plenty for it and the acks.
-	err := pubsubio.StopWithin(sub, 5*time.Second).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
+	err := pubsubio.StopWithin(sub, stopGrace).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
 		mu.Lock()
 		defer mu.Unlock()
 		if (count > 0 && printed >= count) || werr != nil {

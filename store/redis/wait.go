@@ -11,10 +11,11 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 )
 
-// errFewReplicas is a commit the master holds but fewer replicas than
-// Options.Wait confirmed in time: the caller retries (a commit's SET is an
-// overwrite, and a claim of one's own is taken again), as the gate does.
-var errFewReplicas = errors.New("fewer replicas than wait= confirmed the commit")
+// errFewReplicas is a write (a claim, a commit or a sliding extension) the
+// master holds but fewer replicas than Options.Wait confirmed in time: the
+// caller retries (a commit's SET is an overwrite, a claim of one's own is
+// taken again, an extension is moved again), as the gate does.
+var errFewReplicas = errors.New("fewer replicas than wait= confirmed the write")
 
 // sendWait sends batch with WAIT: each group of writes and the WAIT after
 // them go down one connection to the master that owns their keys, because
