@@ -4,15 +4,13 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/dedupflow/dedupflow/internal/metricpage"
 	"github.com/jackc/pgx/v5"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -26,31 +24,16 @@ type metrics map[string]float64
 
 func (m metrics) value(series string) float64 { return m[series] }
 
-// scrapeMetrics reads a Prometheus text page.
+// scrapeMetrics reads a Prometheus text page into series -> value.
 func scrapeMetrics(ctx context.Context, url string) (metrics, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	fams, err := metricpage.Families(ctx, url)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", url, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", url, err)
-	}
 	out := metrics{}
-	for name, f := range fams {
+	for _, f := range fams {
 		for _, s := range f.GetMetric() {
-			key := name
+			key := f.GetName()
 			if len(s.GetLabel()) > 0 {
 				var ls []string
 				for _, l := range s.GetLabel() {

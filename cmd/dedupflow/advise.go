@@ -10,11 +10,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/dedupflow/dedupflow/internal/advice"
+	"github.com/dedupflow/dedupflow/internal/metricpage"
 )
 
 // runAdvise prints horizon advice from a running pipeline's metrics.
@@ -41,7 +39,7 @@ func runAdvise(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/metrics"
 	}
-	mfs, err := scrapeFamilies(ctx, u.String())
+	mfs, err := metricpage.Families(ctx, u.String())
 	if err != nil {
 		return err
 	}
@@ -53,35 +51,6 @@ func runAdvise(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	_, err = fmt.Fprintln(stdout, a.Text)
 	return err
-}
-
-// scrapeFamilies reads the metric families a /metrics URL serves.
-func scrapeFamilies(ctx context.Context, u string) ([]*dto.MetricFamily, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", u, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", u, resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: not Prometheus text: %w", u, err)
-	}
-	out := make([]*dto.MetricFamily, 0, len(fams))
-	for _, f := range fams {
-		out = append(out, f)
-	}
-	return out, nil
 }
 
 // adviceHandler serves /advice: the same advice as JSON, from reg.
