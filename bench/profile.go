@@ -225,36 +225,20 @@ func (p *profiler) summarize(ctx context.Context) (string, error) {
 	for _, n := range names {
 		pr := profs[n]
 		fmt.Fprintf(&b, "== %s: %.1f µs CPU per message in (median of the %d profiled runs)\n", n, pr.cpu, pr.runs)
-		type kv struct {
-			k string
-			v float64
+		above := hasFloor && n != nameFloor
+		var base prof
+		if above {
+			base = floor
 		}
-		var rows []kv
-		for k, v := range pr.buckets {
-			d := v
-			if hasFloor && n != nameFloor {
-				d = v - floor.buckets[k]
-			}
-			rows = append(rows, kv{k, d})
-		}
-		sort.Slice(rows, func(i, j int) bool { return rows[i].v > rows[j].v })
-		for _, r := range rows {
-			if hasFloor && n != nameFloor {
+		for _, r := range overFloor(pr.buckets, base.buckets) {
+			if above {
 				fmt.Fprintf(&b, "  %-42s %6.2f µs/msg (floor %5.2f, %+6.2f)\n", r.k, pr.buckets[r.k], floor.buckets[r.k], r.v)
 			} else {
 				fmt.Fprintf(&b, "  %-42s %6.2f µs/msg\n", r.k, r.v)
 			}
 		}
-		var syms []kv
-		for k, v := range pr.syms {
-			d := v
-			if hasFloor && n != nameFloor {
-				d = v - floor.syms[k]
-			}
-			syms = append(syms, kv{k, d})
-		}
-		sort.Slice(syms, func(i, j int) bool { return syms[i].v > syms[j].v })
-		fmt.Fprintf(&b, "  top functions (self)%s:\n", map[bool]string{true: ", above the floor", false: ""}[hasFloor && n != nameFloor])
+		syms := overFloor(pr.syms, base.syms)
+		fmt.Fprintf(&b, "  top functions (self)%s:\n", map[bool]string{true: ", above the floor", false: ""}[above])
 		for _, s := range syms[:min(15, len(syms))] {
 			fmt.Fprintf(&b, "    %6.2f µs/msg  %s\n", s.v, s.k)
 		}
@@ -264,4 +248,20 @@ func (p *profiler) summarize(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("write profile summary: %w", err)
 	}
 	return path, nil
+}
+
+// share is one bucket's or function's CPU per message.
+type share struct {
+	k string
+	v float64
+}
+
+// overFloor is m less floor (nil: m as it is), largest first.
+func overFloor(m, floor map[string]float64) []share {
+	out := make([]share, 0, len(m))
+	for k, v := range m {
+		out = append(out, share{k, v - floor[k]})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].v > out[j].v })
+	return out
 }
