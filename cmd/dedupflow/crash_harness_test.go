@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +18,8 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -270,4 +274,84 @@ func crashKeys(n int, prefix string) []string {
 		keys[i] = fmt.Sprintf("%s-%06d", prefix, i)
 	}
 	return keys
+}
+
+// sinkTable is a PostgreSQL sink table of one test, with a pool on its
+// database; the table is dropped when the test ends.
+type sinkTable struct {
+	db   *pgxpool.Pool
+	name string
+}
+
+func newSinkTable(t *testing.T, pgURL, prefix string) *sinkTable {
+	t.Helper()
+	db, err := pgxpool.New(context.Background(), pgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &sinkTable{db: db, name: fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())}
+	t.Cleanup(func() {
+		_, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+st.ident())
+		db.Close()
+	})
+	return st
+}
+
+// ident is the table's name quoted for SQL.
+func (st *sinkTable) ident() string { return pgx.Identifier{st.name}.Sanitize() }
+
+// count is the table's rows; 0 until the pipeline has created it.
+func (st *sinkTable) count() int {
+	var c int
+	if err := st.db.QueryRow(context.Background(), "SELECT count(*) FROM "+st.ident()).Scan(&c); err != nil {
+		return 0
+	}
+	return c
+}
+
+// check asserts that the table holds every key once, each with the
+// message ID of one of its published copies, and no other key.
+func (st *sinkTable) check(t *testing.T, keys []string, pub *published) {
+	t.Helper()
+	rows, err := st.db.Query(context.Background(), "SELECT key, message_id FROM "+st.ident())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]string{}
+	var dup, unexpected, wrongID []string
+	for rows.Next() {
+		var k, id string
+		if err := rows.Scan(&k, &id); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := got[k]; ok {
+			dup = append(dup, k)
+		}
+		got[k] = id
+		ids, ok := pub.ids[k]
+		switch {
+		case !ok:
+			unexpected = append(unexpected, k)
+		case !slices.Contains(ids, id):
+			wrongID = append(wrongID, fmt.Sprintf("%s=%s (published as %v)", k, id, ids))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for _, k := range keys {
+		if _, ok := got[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	t.Logf("table: %d rows, %d expected keys; missing %d, unexpected %d, twice %d, foreign message ID %d",
+		len(got), len(keys), len(missing), len(unexpected), len(dup), len(wrongID))
+	for what, list := range map[string][]string{"missing": missing, "unexpected": unexpected, "twice": dup, "with a message ID never published for the key": wrongID} {
+		if len(list) > 0 {
+			sort.Strings(list)
+			t.Errorf("%d keys %s, e.g. %s", len(list), what, strings.Join(list[:min(5, len(list))], ", "))
+		}
+	}
 }

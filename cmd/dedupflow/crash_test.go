@@ -14,12 +14,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,8 +24,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupflow/dedupflow/internal/testenv"
 )
@@ -92,30 +87,15 @@ func TestCrashSafetyPostgres(t *testing.T) {
 	seed := crashSeed(t)
 	e := newCrashEnv(t)
 	e.createTopicSub("crash-in", "crash-in-sub")
-	table := fmt.Sprintf("crash_%d", time.Now().UnixNano())
-	db, err := pgxpool.New(context.Background(), pgURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
-		db.Close()
-	})
+	st := newSinkTable(t, pgURL, "crash")
 
 	keys := crashKeys(n, "pg")
 	p := &pipelineProc{e: e, args: []string{"pipeline",
 		"--input-subscription", e.sub("crash-in-sub"), "--id-attribute", "eid", "--horizon", "1h",
 		"--state", "file:" + filepath.Join(e.dir, "state.db"),
-		"--sink", pgURL, "--table", table,
+		"--sink", pgURL, "--table", st.name,
 		"--max-outstanding", strconv.Itoa(crashMaxOutstanding), "--metrics-addr", "", "--log-level", "warn"}}
-	count := func() int {
-		var c int
-		err := db.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&c)
-		if err != nil {
-			return -1 // the first run has not created the table yet
-		}
-		return c
-	}
+	count := st.count
 	start := time.Now()
 	wait := publishInBackground(e, "crash-in", keys, seed)
 	seeks := crashLoop(t, e, p, crashKills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)), count)
@@ -138,46 +118,7 @@ func TestCrashSafetyPostgres(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	p.stop()
 
-	rows, err := db.Query(context.Background(), "SELECT key, message_id FROM "+pgx.Identifier{table}.Sanitize())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	var dup, unexpected, wrongID []string
-	for rows.Next() {
-		var k, id string
-		if err := rows.Scan(&k, &id); err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := got[k]; ok {
-			dup = append(dup, k)
-		}
-		got[k] = id
-		ids, ok := pub.ids[k]
-		switch {
-		case !ok:
-			unexpected = append(unexpected, k)
-		case !slices.Contains(ids, id):
-			wrongID = append(wrongID, fmt.Sprintf("%s=%s (published as %v)", k, id, ids))
-		}
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	var missing []string
-	for _, k := range keys {
-		if _, ok := got[k]; !ok {
-			missing = append(missing, k)
-		}
-	}
-	t.Logf("table: %d rows, %d expected keys; missing %d, unexpected %d, twice %d, foreign message ID %d",
-		len(got), n, len(missing), len(unexpected), len(dup), len(wrongID))
-	for what, list := range map[string][]string{"missing": missing, "unexpected": unexpected, "twice": dup, "with a message ID never published for the key": wrongID} {
-		if len(list) > 0 {
-			sort.Strings(list)
-			t.Errorf("%d keys %s, e.g. %s", len(list), what, strings.Join(list[:min(5, len(list))], ", "))
-		}
-	}
+	st.check(t, keys, pub)
 }
 
 func TestCrashSafetyPubSub(t *testing.T) {

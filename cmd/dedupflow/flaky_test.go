@@ -16,14 +16,11 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/dedupflow/dedupflow/internal/testenv"
@@ -139,26 +136,12 @@ func TestFlakyNetwork(t *testing.T) {
 	pe := *e
 	pe.addr = proxies[2].Listen
 
-	table := fmt.Sprintf("flaky_%d", time.Now().UnixNano())
-	db, err := pgxpool.New(context.Background(), pgURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
-		db.Close()
-	})
-	count := func() int {
-		var c int
-		if err := db.QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{table}.Sanitize()).Scan(&c); err != nil {
-			return 0 // not created yet
-		}
-		return c
-	}
+	st := newSinkTable(t, pgURL, "flaky")
+	count := st.count
 
 	p := newReplica(t, &pe, "pipeline", []string{"pipeline",
 		"--input-subscription", e.sub("in-sub"), "--id-attribute", "eid", "--horizon", "10m",
-		"--state", state, "--sink", sinkURL, "--table", table,
+		"--state", state, "--sink", sinkURL, "--table", st.name,
 		"--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "info"})
 	p.start()
 	t.Cleanup(p.end)
@@ -250,40 +233,5 @@ func TestFlakyNetwork(t *testing.T) {
 		t.Logf("pipeline: received %v, emitted %v (%v writes of a key already in the table), redeliveries %v, republishes %v",
 			c["received"], c["emitted"], c["emitted"]-float64(len(keys)), c["redeliveries"], c["republishes"])
 	}
-	checkTable(t, db, table, keys, pub)
-}
-
-// checkTable asserts that the table holds every key once, each with the
-// message ID of one of its published copies.
-func checkTable(t *testing.T, db *pgxpool.Pool, table string, keys []string, pub *published) {
-	t.Helper()
-	rows, err := db.Query(context.Background(), "SELECT key, message_id FROM "+pgx.Identifier{table}.Sanitize())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	var bad []string
-	for rows.Next() {
-		var k, id string
-		if err := rows.Scan(&k, &id); err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := got[k]; ok || !slices.Contains(pub.ids[k], id) {
-			bad = append(bad, k)
-		}
-		got[k] = id
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	missing := 0
-	for _, k := range keys {
-		if _, ok := got[k]; !ok {
-			missing++
-		}
-	}
-	if missing > 0 || len(bad) > 0 {
-		t.Errorf("table: %d of %d keys missing; %d rows twice, unpublished or with a foreign message ID, e.g. %v",
-			missing, len(keys), len(bad), bad[:min(5, len(bad))])
-	}
+	st.check(t, keys, pub)
 }

@@ -10,7 +10,6 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupflow/dedupflow/internal/testenv"
 )
@@ -25,15 +24,8 @@ func TestMaxOutstandingBytes(t *testing.T) {
 	e := newCrashEnv(t)
 	ctx := context.Background()
 	e.createTopicSub("input", "in-sub")
-	table := fmt.Sprintf("large_%d", time.Now().UnixNano())
-	db, err := pgxpool.New(ctx, pgURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = db.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize())
-		db.Close()
-	})
+	st := newSinkTable(t, pgURL, "large")
+	db, table := st.db, st.name
 	p := &pipelineProc{e: e, args: []string{"pipeline",
 		"--input-subscription", e.sub("in-sub"), "--id-attribute", "eid", "--sink", pgURL, "--table", table,
 		"--max-outstanding-bytes", strconv.Itoa(12 << 20), "--metrics-addr", "127.0.0.1:0", "--log-format", "json"}}
