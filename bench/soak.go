@@ -250,10 +250,11 @@ func (s *soak) restartLoop(ctx context.Context, published <-chan struct{}) error
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-check.C:
-			if done, err := s.done(ctx, published); err != nil || done {
-				if err != nil {
-					return err
-				}
+			done, err := s.done(ctx, published)
+			if err != nil {
+				return err
+			}
+			if done {
 				s.drained = time.Now()
 				return s.endRun(syscall.SIGTERM)
 			}
