@@ -256,7 +256,7 @@ func (s *soak) restartLoop(ctx context.Context, published <-chan struct{}) error
 			}
 			if done {
 				s.drained = time.Now()
-				return s.endRun(syscall.SIGTERM)
+				return s.endRun(ctx, syscall.SIGTERM)
 			}
 			if exited, err := s.current().exited(); exited {
 				return fmt.Errorf("pipeline run %d exited by itself: %v (log: %s)", s.runs, err, s.current().tail())
@@ -356,10 +356,12 @@ func (s *soak) startRun(ctx context.Context, timed bool) error {
 }
 
 // endRun ends the current run with sig; SIGTERM must end it cleanly.
-func (s *soak) endRun(sig syscall.Signal) error {
+func (s *soak) endRun(ctx context.Context, sig syscall.Signal) error {
 	run := s.current()
 	if sig == syscall.SIGKILL {
 		run.kill()
+	} else if err := s.serving(ctx, run); err != nil {
+		return err
 	} else if err := run.stop(time.Minute); err != nil {
 		return err
 	} else if run.err != nil {
@@ -374,11 +376,32 @@ func (s *soak) endRun(sig syscall.Signal) error {
 	return nil
 }
 
+// serving waits until run answers on its metrics address. A run that is
+// due to stop the moment it started (a slow restart before it used up the
+// interval) would otherwise get its SIGTERM before its process has set up
+// its signal handling, and die of the signal as any program does then.
+func (s *soak) serving(ctx context.Context, run *child) error {
+	for began := time.Now(); time.Since(began) < time.Minute; {
+		if _, err := scrapeMetrics(ctx, "http://"+s.pipeAddr+"/metrics"); err == nil {
+			return nil
+		}
+		if exited, err := run.exited(); exited {
+			return fmt.Errorf("%s exited by itself: %v (log: %s)", run.name, err, run.tail())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s did not serve its metrics within a minute of its start (log: %s)", run.name, run.tail())
+}
+
 // restart ends the run with sig, waits for the broker's goroutines to come
 // back to their level, and starts the next run.
 func (s *soak) restart(ctx context.Context, sig syscall.Signal, published <-chan struct{}) error {
 	at := time.Since(s.start)
-	if err := s.endRun(sig); err != nil {
+	if err := s.endRun(ctx, sig); err != nil {
 		return err
 	}
 	ended := time.Now()
