@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -183,7 +182,8 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	log.Info("broker listening", "addr", addr, "durability", durability)
-	fmt.Fprintf(stdout, "export PUBSUB_EMULATOR_HOST=%s\n", addr)
+	warnOpen(log, "broker", addr)
+	fmt.Fprintf(stdout, "export PUBSUB_EMULATOR_HOST=%s\n", dialable(addr))
 
 	var stops []func()
 	defer func() {
@@ -229,9 +229,7 @@ func serveBrokerPage(ctx context.Context, b *broker.Broker, cfg brokerConfig, lo
 	if err != nil {
 		return nil, err
 	}
-	if ap, err := netip.ParseAddrPort(at); err == nil && !ap.Addr().IsLoopback() {
-		log.Warn("the broker page listens beyond loopback, without authentication: anyone who can reach it can publish and seek", "addr", at)
-	}
+	warnOpen(log, "broker page", at)
 	fmt.Fprintf(stdout, "# broker page: http://%s/broker\n", dialable(at))
 	return stop, nil
 }

@@ -159,3 +159,38 @@ func TestBrokerSubscriptionFlag(t *testing.T) {
 		t.Errorf("DEDUPFLOW_SUBSCRIPTION=orders-sub: got %v", err)
 	}
 }
+
+// TestBrokerBeyondLoopback: a broker on every interface warns that its API
+// lets anyone publish and delete topics, and prints an address a client can
+// dial, not the wildcard it listens on.
+func TestBrokerBeyondLoopback(t *testing.T) {
+	for _, listen := range []string{"0.0.0.0:0", "[::]:0"} {
+		t.Run(listen, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			outR, outW := io.Pipe()
+			var stderr strings.Builder
+			done := make(chan error, 1)
+			go func() {
+				err := runBroker(ctx, []string{"--listen", listen}, outW, &stderr)
+				outW.Close()
+				done <- err
+			}()
+			line, err := bufio.NewReader(outR).ReadString('\n')
+			if err != nil {
+				t.Fatalf("read stdout: %v", err)
+			}
+			go io.Copy(io.Discard, outR)
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("broker: %v", err)
+			}
+			if !strings.HasPrefix(line, "export PUBSUB_EMULATOR_HOST=127.0.0.1:") {
+				t.Errorf("stdout %q: want a dialable 127.0.0.1:PORT", line)
+			}
+			if !strings.Contains(stderr.String(), "create or delete topics") {
+				t.Errorf("stderr lacks the warning that anyone can change topics:\n%s", stderr.String())
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"syscall"
@@ -142,13 +143,8 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 	if err != nil {
 		return fmt.Errorf("--broker-addr: %w", err)
 	}
-	// Neither the broker nor the console asks who is calling: say so when
-	// they are reachable from beyond this machine.
-	for what, a := range map[string]net.Addr{"broker": tcpAddr(brokerAddr), "console": ln.Addr()} {
-		if ta, ok := a.(*net.TCPAddr); ok && !ta.IP.IsLoopback() {
-			log.Warn("listening beyond loopback, without authentication: anyone who can reach it can publish", "component", what, "addr", a.String())
-		}
-	}
+	warnOpen(log, "broker", brokerAddr)
+	warnOpen(log, "console", ln.Addr().String())
 
 	brokerAddr = dialable(brokerAddr)
 	c, err := pubsubio.NewClient(ctx, u.job.project, pubsubio.Insecure(brokerAddr)...)
@@ -317,11 +313,20 @@ func dialable(hostport string) string {
 	return hostport
 }
 
-// tcpAddr parses a host:port that Listen returned.
-func tcpAddr(hostport string) net.Addr {
-	a, err := net.ResolveTCPAddr("tcp", hostport)
-	if err != nil {
-		return nil
+// openWarnings say what anyone who reaches a server without
+// authentication can do, for the warning at start.
+var openWarnings = map[string]string{
+	"broker":      "anyone who can reach it can publish, pull, and create or delete topics and subscriptions through the gRPC and REST API",
+	"console":     "anyone who can reach it can publish",
+	"broker page": "anyone who can reach it can publish and seek",
+}
+
+// warnOpen warns when a server that does not ask who is calling listens
+// at hostport (as Listen returned it) beyond loopback.
+func warnOpen(log *slog.Logger, component, hostport string) {
+	ap, err := netip.ParseAddrPort(hostport)
+	if err != nil || ap.Addr().Unmap().IsLoopback() {
+		return
 	}
-	return a
+	log.Warn("listening beyond loopback, without authentication: "+openWarnings[component], "component", component, "addr", hostport)
 }
