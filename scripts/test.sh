@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of dedupflow against real servers: it installs what is missing
 # (Redis, PostgreSQL, Chromium, the official Pub/Sub emulator, gcloud, the Node
-# client, buildah and promtool), starts each on a free loopback port, builds the
+# and Python clients, buildah and promtool), starts each on a free loopback port, builds the
 # container image, exports where they are, then runs go vet and go test -race.
 # Services stop when the script exits.
 set -euo pipefail
@@ -40,6 +40,7 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v gcloud >/dev/null || need+=(google-cloud-cli)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v node >/dev/null || need+=(nodejs npm)
+python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 command -v buildah >/dev/null || need+=(buildah)
 command -v promtool >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
@@ -104,6 +105,21 @@ if [ -f "$root/testdata/node/package.json" ]; then
   fi
   export DEDUPFLOW_NODE_DIR="$root/testdata/node"
 fi
+
+# --- the official Python client ----------------------------------------------
+# A virtual environment per testdata/python/requirements.txt, kept in the user's
+# cache and named by the file's hash: the first run fetches from PyPI, later
+# runs are offline, and a changed pin gets a fresh one.
+pyreq="$root/testdata/python/requirements.txt"
+venv="${XDG_CACHE_HOME:-$HOME/.cache}/dedupflow/venv-$(sha256sum "$pyreq" | cut -c1-16)"
+if [ ! -e "$venv/.complete" ]; then
+  log "pip install (official Python client) into $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$pyreq"
+  touch "$venv/.complete"
+fi
+export DEDUPFLOW_PYTHON="$venv/bin/python"
 
 # Every server above is running: a test that cannot find one fails, never skips.
 export DEDUPFLOW_REQUIRE_SERVERS=1

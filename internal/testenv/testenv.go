@@ -61,6 +61,25 @@ func NodeDir(t testing.TB) string {
 	return need(t, "DEDUPFLOW_NODE_DIR", "the official Node Pub/Sub client (npm install in testdata/node)")
 }
 
+// Python is a Python interpreter whose packages hold the official Python
+// Pub/Sub client at the versions of testdata/python/requirements.txt (a
+// virtual environment scripts/test.sh creates).
+func Python(t testing.TB) string {
+	return need(t, "DEDUPFLOW_PYTHON", "a Python with testdata/python/requirements.txt installed (a venv)")
+}
+
+// SpringTutorialJar is the runnable jar of examples/spring-tutorial, the
+// tutorial's Spring Cloud Stream app (mvn package).
+func SpringTutorialJar(t testing.TB) string {
+	return need(t, "DEDUPFLOW_SPRING_JAR", "the tutorial's Spring app (mvn package in examples/spring-tutorial)")
+}
+
+// BeamReferenceJar is the runnable jar of examples/beam-reference, the
+// tutorial's job on Beam's DirectRunner (mvn package).
+func BeamReferenceJar(t testing.TB) string {
+	return need(t, "DEDUPFLOW_BEAM_JAR", "the Beam reference pipeline (mvn package in examples/beam-reference)")
+}
+
 // Tool is the path of a command-line tool on $PATH (node, gcloud,
 // promtool...), installed from Debian's packages by scripts/test.sh.
 func Tool(t testing.TB, name string) string {
