@@ -144,7 +144,9 @@ buildah bud --quiet --layers=false --build-arg ROOTFS=prebuilt -t "$DEDUPFLOW_IM
 log "go vet"
 go vet ./...
 log "go test"
-go test -race -count=1 -timeout 40m "$@" ./...
+# -parallel: the paced end-to-end tests mostly wait on servers and timers, so
+# more of them run at once than there are cores.
+go test -race -count=1 -parallel 12 -timeout 40m "$@" ./...
 log "go test: deploy/validate (Kubernetes and compose types, a module of its own)"
 (cd deploy/validate && go vet ./... && go test -count=1 ./...)
 log "go test, without -race: the reference runs that pstest's own data race keeps out of -race"

@@ -37,12 +37,14 @@ type crashEnv struct {
 const crashProject = "crash-proof"
 
 // newCrashEnv builds the binary (without -race: the binary is what is
-// killed, not what is checked) and starts a broker.
+// killed, not what is checked) and starts a broker, whose address each
+// command gets in its own environment.
 func newCrashEnv(t *testing.T) *crashEnv {
 	t.Helper()
 	dir := t.TempDir()
 	bin := buildBinary(t, false)
-	addr, c := startBroker(t, crashProject)
+	_, addr := listenBroker(t)
+	c := dialBroker(t, addr, crashProject)
 	return &crashEnv{t: t, dir: dir, bin: bin, addr: addr, client: c, project: crashProject}
 }
 

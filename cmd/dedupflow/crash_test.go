@@ -82,6 +82,7 @@ func publishInBackground(e *crashEnv, topic string, keys []string, seed uint64) 
 }
 
 func TestCrashSafetyPostgres(t *testing.T) {
+	t.Parallel()
 	pgURL := testenv.PostgresURL(t)
 	n := crashSize(t)
 	seed := crashSeed(t)
@@ -122,6 +123,7 @@ func TestCrashSafetyPostgres(t *testing.T) {
 }
 
 func TestCrashSafetyPubSub(t *testing.T) {
+	t.Parallel()
 	n := crashSize(t)
 	seed := crashSeed(t)
 	e := newCrashEnv(t)

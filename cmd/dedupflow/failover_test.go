@@ -155,6 +155,7 @@ func clusterURL(nodes []*clusterNode, query string) string {
 }
 
 func TestRedisClusterFailover(t *testing.T) {
+	t.Parallel()
 	t.Run("wait=0", func(t *testing.T) { testClusterFailover(t, "") })
 	t.Run("wait=1", func(t *testing.T) { testClusterFailover(t, "wait=1") })
 }

@@ -115,6 +115,7 @@ func viaProxy(t *testing.T, raw, addr string) (proxied, upstream string) {
 }
 
 func TestFlakyNetwork(t *testing.T) {
+	t.Parallel()
 	redisURL := testenv.RedisURL(t)
 	pgURL := testenv.PostgresURL(t)
 	seed := crashSeed(t)

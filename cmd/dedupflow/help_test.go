@@ -2,33 +2,68 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
+
+// binaries holds dedupflow built once per test run and mode, since tests run
+// in parallel and each link takes seconds; TestMain removes its folder.
+var binaries struct {
+	sync.Mutex
+	dir   string
+	built map[bool]string
+}
 
 // buildBinary builds dedupflow, with -race when race is set: as this test
 // binary was built (raceEnabled), the packages it compiled are reused and
 // only dedupflow's own package and the link are new; a binary a test kills
-// is built without it.
+// is built without it. Tests share the build; none may change the file.
 func buildBinary(t *testing.T, race bool) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "dedupflow")
-	args := []string{"build", "-o", bin}
+	binaries.Lock()
+	defer binaries.Unlock()
+	if bin, ok := binaries.built[race]; ok {
+		return bin
+	}
+	name := "dedupflow"
+	args := []string{"build"}
 	if race {
+		name += "-race"
 		args = append(args, "-race")
 	}
-	build := exec.Command("go", append(args, ".")...)
+	bin := filepath.Join(binaries.dir, name)
+	build := exec.Command("go", append(args, "-o", bin, ".")...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	if binaries.built == nil {
+		binaries.built = map[bool]string{}
+	}
+	binaries.built[race] = bin
 	return bin
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "dedupflow-test-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binaries.dir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // TestHelpExitsZero: -h and --help print the usage and exit 0, for the
 // binary and every command; a usage error still exits 2.
 func TestHelpExitsZero(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t, raceEnabled)
 	exit := func(args ...string) (int, string) {
 		t.Helper()

@@ -13,6 +13,7 @@ import (
 // deduplicated like pulled input (the seed's key 456 three times: one
 // output), with the same metrics and readiness.
 func TestInputPush(t *testing.T) {
+	t.Parallel()
 	e := newCrashEnv(t)
 	ctx := context.Background()
 	e.createTopicSub("output", "out-sub")

@@ -16,6 +16,7 @@ import (
 // on), deduplicated like any input, and removed on a clean exit so that
 // nothing keeps accumulating a backlog for a pipeline that is gone.
 func TestInputTopicOwnSubscription(t *testing.T) {
+	t.Parallel()
 	e := newCrashEnv(t)
 	ctx := context.Background()
 	e.createTopicSub("output", "out-sub")

@@ -20,6 +20,7 @@ import (
 // waiting (150 MB), not all of them; once the lock goes, every message is
 // written once.
 func TestMaxOutstandingBytes(t *testing.T) {
+	t.Parallel()
 	pgURL := testenv.PostgresURL(t)
 	e := newCrashEnv(t)
 	ctx := context.Background()

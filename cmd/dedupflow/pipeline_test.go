@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 // TestPipelineFlagsBeforeConnecting: a bad or misplaced flag is refused
@@ -87,6 +88,16 @@ func startBroker(t *testing.T, project string) (string, *pubsub.Client) {
 // that closes it under a command.
 func serveTestBroker(t *testing.T, project string) (*broker.Broker, string, *pubsub.Client) {
 	t.Helper()
+	b, addr := listenBroker(t)
+	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
+	return b, addr, dialBroker(t, addr, project)
+}
+
+// listenBroker starts the embedded broker on a free loopback port and
+// leaves the process environment alone, so tests that pass the address to
+// their commands themselves can run in parallel.
+func listenBroker(t *testing.T) (*broker.Broker, string) {
+	t.Helper()
 	b, err := broker.New(broker.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -96,13 +107,18 @@ func serveTestBroker(t *testing.T, project string) (*broker.Broker, string, *pub
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
-	c, err := pubsub.NewClient(context.Background(), project)
+	return b, addr
+}
+
+// dialBroker is a client for project on the broker at addr.
+func dialBroker(t *testing.T, addr, project string) *pubsub.Client {
+	t.Helper()
+	c, err := pubsub.NewClient(context.Background(), project, pubsubio.Insecure(addr)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return b, addr, c
+	return c
 }
 
 // startInput starts a broker of project "test" with topic "input" and its

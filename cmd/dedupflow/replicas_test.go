@@ -45,6 +45,7 @@ const (
 )
 
 func TestReplicasShareRedis(t *testing.T) {
+	t.Parallel()
 	redisURL := testenv.RedisURL(t)
 	seed := crashSeed(t)
 	e := newCrashEnv(t)
@@ -230,6 +231,7 @@ func TestRedisOutageRestarted(t *testing.T) { testRedisOutage(t, true) }
 // --save ” and no AOF a restart would forget the whole horizon, and
 // "nothing emitted twice" could not hold for any store).
 func testRedisOutage(t *testing.T, restart bool) {
+	t.Parallel()
 	seed := crashSeed(t)
 	r := startRedis(t, restart)
 	e := newCrashEnv(t)

@@ -141,6 +141,7 @@ func TestUpBadFlags(t *testing.T) {
 // `dedupflow publish` as the producer, `dedupflow subscribe` as the
 // consumer app, then Ctrl-C.
 func TestUpBinary(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t, raceEnabled)
 	env := slices.DeleteFunc(os.Environ(), func(s string) bool { return strings.HasPrefix(s, "PUBSUB_EMULATOR_HOST=") })
 
