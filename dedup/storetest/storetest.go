@@ -1,6 +1,9 @@
 // Package storetest is the conformance suite every dedup.Store passes: each
 // branch of claim / commit / release, expiry, take-over of an expired lease
-// and concurrent claimants. Stores judge expiry by the times passed in (the
+// and concurrent claimants. Every case runs twice: through the single calls
+// and, under Batch, through the batch calls (dedup.ClaimBatch and the
+// others, a store's own when it is a dedup.BatchStore) with batches of one,
+// beside cases of larger batches. Stores judge expiry by the times passed in (the
 // injected clock); they may also let the server drop a key once its expiry
 // has passed on the wall clock, so the suite keeps its times near now.
 package storetest
@@ -53,6 +56,23 @@ func Run(t *testing.T, open Open) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.run(t, open(t)) })
 	}
+	batchCases := []struct {
+		name string
+		run  func(t *testing.T, s dedup.Store)
+	}{
+		{"InOrder", batchInOrder},
+		{"MixedVerdicts", batchMixed},
+		{"LargerThanPipelines", batchLarge},
+		{"ConcurrentBatchesOneWins", batchConcurrent},
+	}
+	t.Run("Batch", func(t *testing.T) {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) { c.run(t, ones{open(t)}) })
+		}
+		for _, c := range batchCases {
+			t.Run(c.name, func(t *testing.T) { c.run(t, open(t)) })
+		}
+	})
 }
 
 const lease = 30 * time.Second

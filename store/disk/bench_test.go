@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/dedup/storetest"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
@@ -176,4 +177,15 @@ func fill(b *testing.B, s *Store, n int, exp time.Time) {
 		}
 		bt.Close()
 	}
+}
+
+// BenchmarkBatch: claim+commit of new keys through the single calls (1000
+// callers, whose commits share group commits) and the batch calls (4
+// callers, batches of 500, one group each) in one run.
+//
+//	go test -run '^$' -bench Batch -benchtime 3s ./store/disk
+func BenchmarkBatch(b *testing.B) {
+	storetest.Bench(b, func(b *testing.B) dedup.Store {
+		return open(b, filepath.Join(b.TempDir(), "db"), Options{})
+	})
 }

@@ -367,6 +367,32 @@ func (w *writer) put(ctx context.Context, k dedup.Key, r rec) error {
 	g.recs = append(g.recs, r)
 	first := len(g.keys) == 1
 	w.mu.Unlock()
+	return w.wait(ctx, g, first)
+}
+
+// putMany queues the commits of keys[i] as recs[i], all in one group, and
+// waits until it is durable.
+func (w *writer) putMany(ctx context.Context, keys []dedup.Key, recs []rec) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	if w.failed != nil {
+		w.mu.Unlock()
+		return w.failed
+	}
+	g := w.cur
+	first := len(g.keys) == 0
+	g.keys = append(g.keys, keys...)
+	g.recs = append(g.recs, recs...)
+	w.mu.Unlock()
+	return w.wait(ctx, g, first)
+}
+
+// wait waits until g is durable; first (g was empty before this caller's
+// commits) wakes the writer.
+func (w *writer) wait(ctx context.Context, g *group, first bool) error {
 	if first {
 		// Only the first commit of a group wakes the writer: the ones
 		// after it go with it, or into the group the writer takes next.

@@ -128,7 +128,7 @@ type rec struct {
 	tag uint32
 }
 
-var _ dedup.Store = (*Store)(nil)
+var _ dedup.BatchStore = (*Store)(nil)
 
 // Open opens (creating if needed) the store directory at path and loads
 // its live keys. It fails after a second if another process holds it.
@@ -194,6 +194,72 @@ func (s *Store) Release(_ context.Context, k dedup.Key, msgID string) error {
 	}
 	s.set.Release(k, dedup.MsgTag(msgID))
 	return nil
+}
+
+// ClaimBatch implements dedup.BatchStore: one pass over the index, and the
+// sliding extensions of its duplicates, if any, in one group commit.
+func (s *Store) ClaimBatch(ctx context.Context, cs []dedup.Claim, vs []dedup.Verdict, errs []error) {
+	if s.closed.Load() {
+		failAll(errs, ErrClosed)
+		return
+	}
+	clear(errs)
+	owners := make([]uint32, len(cs))
+	s.set.ClaimBatch(cs, vs, owners)
+	var keys []dedup.Key
+	var recs []rec
+	var extended []int
+	for i := range cs {
+		if vs[i].Status == dedup.Duplicate && !cs[i].Extend.IsZero() && cs[i].Extend.After(vs[i].Expires) {
+			keys = append(keys, cs[i].Key)
+			recs = append(recs, rec{exp: cs[i].Extend.UnixNano(), tag: owners[i]})
+			extended = append(extended, i)
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	if err := s.w.putMany(ctx, keys, recs); err != nil {
+		for _, i := range extended {
+			vs[i], errs[i] = dedup.Verdict{}, err
+		}
+	}
+}
+
+// CommitBatch implements dedup.BatchStore: every key in one group commit
+// (one batch, one fsync, shared with concurrent callers), then done in the
+// index in one pass.
+func (s *Store) CommitBatch(ctx context.Context, es []dedup.Entry, errs []error) {
+	if len(es) == 0 {
+		return
+	}
+	keys := make([]dedup.Key, len(es))
+	recs := make([]rec, len(es))
+	for i, e := range es {
+		keys[i], recs[i] = e.Key, rec{exp: e.Expires.UnixNano(), tag: dedup.MsgTag(e.MsgID)}
+	}
+	if err := s.w.putMany(ctx, keys, recs); err != nil {
+		failAll(errs, err)
+		return
+	}
+	s.set.CommitBatch(es)
+	clear(errs)
+}
+
+// ReleaseBatch implements dedup.BatchStore.
+func (s *Store) ReleaseBatch(_ context.Context, es []dedup.Entry, errs []error) {
+	if s.closed.Load() {
+		failAll(errs, ErrClosed)
+		return
+	}
+	s.set.ReleaseBatch(es)
+	clear(errs)
+}
+
+func failAll(errs []error, err error) {
+	for i := range errs {
+		errs[i] = err
+	}
 }
 
 // Len is the number of keys held, pending claims and committed keys that

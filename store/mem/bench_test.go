@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/dedup/storetest"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -103,4 +104,12 @@ func benchMap(b *testing.B, live int) {
 	b.StopTimer()
 	b.ReportMetric(perKey, "B/livekey")
 	runtime.KeepAlive(m)
+}
+
+// BenchmarkBatch: claim+commit of new keys through the single calls (1000
+// callers) and the batch calls (4 callers, batches of 500) in one run.
+//
+//	go test -run '^$' -bench Batch -benchtime 3s ./store/mem
+func BenchmarkBatch(b *testing.B) {
+	storetest.Bench(b, func(*testing.B) dedup.Store { return mem.New() })
 }

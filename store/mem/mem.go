@@ -23,23 +23,15 @@ type Store struct {
 	set *table.Set
 }
 
-var _ dedup.Store = (*Store)(nil)
+var _ dedup.BatchStore = (*Store)(nil)
 
 // New returns an empty store.
 func New() *Store { return &Store{set: table.NewSet(shardBits, 0)} }
 
 // Claim implements dedup.Store.
 func (s *Store) Claim(_ context.Context, c dedup.Claim) (dedup.Verdict, error) {
-	v, _ := s.set.Claim(c.Key, dedup.MsgTag(c.MsgID), c.Now.UnixNano(), c.LeaseUntil.UnixNano(), unixNano(c.Extend))
+	v, _ := s.set.Claim(c.Key, dedup.MsgTag(c.MsgID), c.Now.UnixNano(), c.LeaseUntil.UnixNano(), table.UnixNano(c.Extend))
 	return v, nil
-}
-
-// unixNano is t in Unix ns, 0 for the zero time (no extension).
-func unixNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
 }
 
 // Commit implements dedup.Store.
@@ -52,6 +44,25 @@ func (s *Store) Commit(_ context.Context, k dedup.Key, msgID string, expires tim
 func (s *Store) Release(_ context.Context, k dedup.Key, msgID string) error {
 	s.set.Release(k, dedup.MsgTag(msgID))
 	return nil
+}
+
+// ClaimBatch implements dedup.BatchStore in one pass over the table,
+// taking each shard's lock once.
+func (s *Store) ClaimBatch(_ context.Context, cs []dedup.Claim, vs []dedup.Verdict, errs []error) {
+	s.set.ClaimBatch(cs, vs, nil)
+	clear(errs)
+}
+
+// CommitBatch implements dedup.BatchStore.
+func (s *Store) CommitBatch(_ context.Context, es []dedup.Entry, errs []error) {
+	s.set.CommitBatch(es)
+	clear(errs)
+}
+
+// ReleaseBatch implements dedup.BatchStore.
+func (s *Store) ReleaseBatch(_ context.Context, es []dedup.Entry, errs []error) {
+	s.set.ReleaseBatch(es)
+	clear(errs)
 }
 
 // Len is the number of keys held, expired ones not yet swept included.

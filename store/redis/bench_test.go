@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/dedup/storetest"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
@@ -202,4 +203,14 @@ func BenchmarkSlidingCopy(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "copies/s")
+}
+
+// BenchmarkBatch: claim+commit of new keys through the single calls (1000
+// callers, coalesced by the batcher) and the batch calls (4 callers,
+// batches of 500, one pipeline each) in one run.
+//
+//	go test -run '^$' -bench Batch -benchtime 3s ./store/redis
+func BenchmarkBatch(b *testing.B) {
+	url := testenv.RedisURL(b)
+	storetest.Bench(b, func(b *testing.B) dedup.Store { return open(b, url, Options{Prefix: "bench:"}) })
 }

@@ -119,7 +119,7 @@ type Store struct {
 	once   sync.Once
 }
 
-var _ dedup.Store = (*Store)(nil)
+var _ dedup.BatchStore = (*Store)(nil)
 
 // Open connects to the Redis named by rawURL: redis://[user:pass@]host:port/db
 // or rediss:// for TLS, with go-redis's query options (dial_timeout=,
@@ -292,6 +292,19 @@ func b2i(b bool) int64 {
 
 // Claim implements dedup.Store.
 func (s *Store) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error) {
+	o := s.claimOp(c)
+	v, err := s.b.do(ctx, o)
+	if err != nil || v.Status != dedup.Duplicate || c.Extend.IsZero() {
+		return v, err
+	}
+	if _, err := s.b.do(ctx, s.extendOp(c)); err != nil {
+		return v, fmt.Errorf("extend key: %w", err)
+	}
+	return v, nil
+}
+
+// claimOp is the op of claim c.
+func (s *Store) claimOp(c dedup.Claim) *op {
 	now := c.Now.UnixMilli() // rounded down: a live record is never judged expired
 	for hw := s.hw.Load(); now > hw && !s.hw.CompareAndSwap(hw, now); hw = s.hw.Load() {
 	}
@@ -299,17 +312,16 @@ func (s *Store) Claim(ctx context.Context, c dedup.Claim) (dedup.Verdict, error)
 	o := s.b.get()
 	o.kind, o.msgID, o.now, o.at, o.ttl = opClaim, c.MsgID, now, until, max(until-now, 1)
 	s.keyVal(o, c.Key, 'p', c.MsgID, 0)
-	v, err := s.b.do(ctx, o)
-	if err != nil || v.Status != dedup.Duplicate || c.Extend.IsZero() {
-		return v, err
-	}
+	return o
+}
+
+// extendOp is the op that moves the expiry of claim c's duplicate key to
+// c.Extend.
+func (s *Store) extendOp(c dedup.Claim) *op {
 	e := s.b.get()
 	e.kind, e.key, e.at = opExtend, s.key(c.Key), ms(c.Extend)
-	e.ttl = max(e.at-now, 1) + s.slack
-	if _, err := s.b.do(ctx, e); err != nil {
-		return v, fmt.Errorf("extend key: %w", err)
-	}
-	return v, nil
+	e.ttl = max(e.at-c.Now.UnixMilli(), 1) + s.slack
+	return e
 }
 
 // extendScript moves a committed key's expiry later (the sliding horizon),
@@ -328,6 +340,12 @@ return 1
 
 // Commit implements dedup.Store.
 func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires time.Time) error {
+	_, err := s.b.do(ctx, s.commitOp(k, msgID, expires))
+	return err
+}
+
+// commitOp is the op that commits k for msgID until expires.
+func (s *Store) commitOp(k dedup.Key, msgID string, expires time.Time) *op {
 	exp := ms(expires)
 	now := s.hw.Load()
 	if now == 0 {
@@ -338,16 +356,19 @@ func (s *Store) Commit(ctx context.Context, k dedup.Key, msgID string, expires t
 	o := s.b.get()
 	o.kind, o.at, o.ttl = opCommit, exp, max(exp-now, 1)+s.slack
 	s.keyVal(o, k, 'd', "", dedup.MsgTag(msgID))
-	_, err := s.b.do(ctx, o)
-	return err
+	return o
 }
 
 // Release implements dedup.Store.
 func (s *Store) Release(ctx context.Context, k dedup.Key, msgID string) error {
+	_, err := s.b.do(ctx, s.releaseOp(k, msgID))
+	return err
+}
+
+func (s *Store) releaseOp(k dedup.Key, msgID string) *op {
 	o := s.b.get()
 	o.kind, o.key, o.msgID = opRelease, s.key(k), msgID
-	_, err := s.b.do(ctx, o)
-	return err
+	return o
 }
 
 // Close sends what is queued, stops the batchers and, if Open made the

@@ -91,3 +91,52 @@ func TestWaitURL(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitBatch: a batch commit under wait=1 returns once the replica holds
+// every key of it, and with the replica frozen every claim that took a key
+// and every commit of a batch fails as unavailable (too few replicas), none
+// silently.
+func TestWaitBatch(t *testing.T) {
+	url, replica, signal := startReplicated(t)
+	s := open(t, url+"?wait=1", Options{Timeout: time.Second})
+	ctx, now := context.Background(), time.Now()
+	batch := func(tag string, n int) (es []dedup.Entry, claimErrs, commitErrs []error) {
+		cs := make([]dedup.Claim, n)
+		es = make([]dedup.Entry, n)
+		for i := range cs {
+			k := dedup.KeyOf(fmt.Sprint(tag, i))
+			cs[i] = dedup.Claim{Key: k, MsgID: "m", Now: now, LeaseUntil: now.Add(time.Minute)}
+			es[i] = dedup.Entry{Key: k, MsgID: "m", Expires: now.Add(time.Minute)}
+		}
+		vs := make([]dedup.Verdict, n)
+		claimErrs, commitErrs = make([]error, n), make([]error, n)
+		s.ClaimBatch(ctx, cs, vs, claimErrs)
+		for i, err := range claimErrs {
+			if err == nil && vs[i].Status != dedup.Proceed {
+				t.Fatalf("claim %d: %v", i, vs[i].Status)
+			}
+		}
+		s.CommitBatch(ctx, es, commitErrs)
+		return es, claimErrs, commitErrs
+	}
+	es, claimErrs, commitErrs := batch("waitbatch", 600) // more than one pipeline (MaxBatch 500)
+	for i := range es {
+		if claimErrs[i] != nil || commitErrs[i] != nil {
+			t.Fatalf("item %d with the replica up: claim %v, commit %v", i, claimErrs[i], commitErrs[i])
+		}
+		if v, err := replica.Get(ctx, s.key(es[i].Key)).Result(); err != nil || v[0] != 'd' {
+			t.Fatalf("replica holds %q (%v) for key %d right after the batch commit returned", v, err, i)
+		}
+	}
+
+	signal(syscall.SIGSTOP)
+	defer signal(syscall.SIGCONT)
+	_, claimErrs, commitErrs = batch("frozenbatch", 20)
+	for i := range claimErrs {
+		for _, err := range []error{claimErrs[i], commitErrs[i]} {
+			if !errors.Is(err, dedup.ErrUnavailable) || !errors.Is(err, errFewReplicas) {
+				t.Fatalf("item %d with the replica frozen: %v, want ErrUnavailable (too few replicas)", i, err)
+			}
+		}
+	}
+}
