@@ -10,8 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/fieldmaskpb"
 )
 
 // State changes of topics and subscriptions, shared by the RPC handlers and
@@ -93,31 +91,6 @@ func (b *Broker) deleteSubLocked(s *subscription) {
 }
 
 func (s *subscription) deleted() bool { return s.proto.Name == "" }
-
-// applyMask copies the fields named by mask from src to dst. Only top-level
-// fields are supported, which covers what the clients send.
-func applyMask(dst, src proto.Message, mask *fieldmaskpb.FieldMask, immutable ...string) error {
-	if len(mask.GetPaths()) == 0 {
-		return status.Error(codes.InvalidArgument, "update_mask must name at least one field")
-	}
-	d, s := dst.ProtoReflect(), src.ProtoReflect()
-	fields := d.Descriptor().Fields()
-	for _, path := range mask.Paths {
-		if slices.Contains(immutable, path) {
-			return status.Errorf(codes.InvalidArgument, "field %q cannot be updated", path)
-		}
-		fd := fields.ByName(protoreflect.Name(path))
-		if fd == nil {
-			return status.Errorf(codes.InvalidArgument, "unknown or unsupported field %q in update_mask (only top-level fields)", path)
-		}
-		if s.Has(fd) {
-			d.Set(fd, s.Get(fd))
-		} else {
-			d.Clear(fd)
-		}
-	}
-	return nil
-}
 
 // page returns the names after token, up to size, and the next token.
 func page(names []string, size int32, token string) ([]string, string, error) {

@@ -100,7 +100,7 @@ func (p *publisherServer) UpdateTopic(ctx context.Context, req *pb.UpdateTopicRe
 			return err
 		}
 		tp := proto.Clone(t.proto).(*pb.Topic)
-		if err := applyMask(tp, req.Topic, req.UpdateMask, "name", "state"); err != nil {
+		if err := applyMask(tp, req.Topic, req.UpdateMask); err != nil {
 			return err
 		}
 		if d := tp.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {

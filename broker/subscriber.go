@@ -90,7 +90,7 @@ func (srv *subscriberServer) UpdateSubscription(ctx context.Context, req *pb.Upd
 		sp := proto.Clone(s.proto).(*pb.Subscription)
 		// Ordering cannot change: queued messages are laid out for one mode.
 		// The filter is fixed at creation, as in the service.
-		if err := applyMask(sp, req.Subscription, req.UpdateMask, "name", "topic", "enable_message_ordering", "filter", "state", "detached"); err != nil {
+		if err := applyMask(sp, req.Subscription, req.UpdateMask, "topic", "enable_message_ordering", "filter", "detached"); err != nil {
 			return err
 		}
 		if err := checkSubscriptionConfig(sp); err != nil {

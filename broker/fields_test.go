@@ -1,0 +1,141 @@
+package broker
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+)
+
+// Field-by-field fidelity to the service's v1 API: update masks, output-only
+// fields, defaults and the refusals, with the service's codes and texts.
+
+func mask(paths ...string) *fieldmaskpb.FieldMask { return &fieldmaskpb.FieldMask{Paths: paths} }
+
+// wantStatus fails t unless err has code and its message holds text.
+func wantStatus(t *testing.T, what string, err error, code codes.Code, text string) {
+	t.Helper()
+	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), text) {
+		t.Errorf("%s: got %v, want %v with %q", what, err, code, text)
+	}
+}
+
+// TestUpdateTopicSchemaSettingsPaths sends the dotted paths that the Go
+// client's topic update sends for schema settings.
+func TestUpdateTopicSchemaSettingsPaths(t *testing.T) {
+	forEachTarget(t, []string{"emulator"}, func(t *testing.T, tg target) {
+		c := newClient(t, tg.addr)
+		sc := schemaClient(t, tg.addr)
+		ctx := context.Background()
+		sch, err := sc.CreateSchema(ctx, &pb.CreateSchemaRequest{Parent: "projects/" + project, SchemaId: unique("sch"),
+			Schema: &pb.Schema{Type: pb.Schema_AVRO, Definition: orderAvro}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev2, err := sc.CommitSchema(ctx, &pb.CommitSchemaRequest{Name: sch.Name, Schema: &pb.Schema{Type: pb.Schema_AVRO, Definition: orderAvro2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		topic := topicName(unique("t"))
+		if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topic,
+			SchemaSettings: &pb.SchemaSettings{Schema: sch.Name, Encoding: pb.Encoding_JSON}}); err != nil {
+			t.Fatal(err)
+		}
+		up, err := c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{
+			Topic: &pb.Topic{Name: topic, SchemaSettings: &pb.SchemaSettings{Schema: sch.Name, Encoding: pb.Encoding_BINARY,
+				FirstRevisionId: sch.RevisionId, LastRevisionId: rev2.RevisionId}},
+			UpdateMask: mask("schema_settings.schema", "schema_settings.encoding", "schema_settings.first_revision_id", "schema_settings.last_revision_id")})
+		if err != nil {
+			t.Fatalf("update with the client's schema_settings paths: %v", err)
+		}
+		got, err := c.TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: topic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tp := range []*pb.Topic{up, got} {
+			if ss := tp.SchemaSettings; ss.GetEncoding() != pb.Encoding_BINARY || ss.GetFirstRevisionId() != sch.RevisionId || ss.GetLastRevisionId() != rev2.RevisionId {
+				t.Errorf("schema settings after the update: %v", ss)
+			}
+		}
+		_, err = c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{Topic: &pb.Topic{Name: topic}, UpdateMask: mask("schema_settings.nope")})
+		wantStatus(t, "unknown nested path", err, codes.InvalidArgument, "schema_settings.nope is not a known Topic field")
+		_, err = c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{Topic: &pb.Topic{Name: topic}, UpdateMask: mask()})
+		wantStatus(t, "empty mask", err, codes.InvalidArgument, "must contain a non-empty paths list")
+	})
+}
+
+// TestUpdateSubscriptionNestedPaths changes one field of a nested message
+// and keeps its siblings, and refuses what the service refuses.
+func TestUpdateSubscriptionNestedPaths(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	ctx := context.Background()
+	topic, dl := createTopic(t, c), createTopic(t, c)
+	sub := createSub(t, c, &pb.Subscription{Topic: topic,
+		PushConfig:       &pb.PushConfig{PushEndpoint: "http://127.0.0.1:1/a", Attributes: map[string]string{"x-goog-version": "v1"}},
+		DeadLetterPolicy: &pb.DeadLetterPolicy{DeadLetterTopic: dl, MaxDeliveryAttempts: 5}})
+	up, err := c.SubscriptionAdminClient.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: sub.Name, PushConfig: &pb.PushConfig{PushEndpoint: "http://127.0.0.1:1/b"},
+			DeadLetterPolicy: &pb.DeadLetterPolicy{MaxDeliveryAttempts: 9}},
+		UpdateMask: mask("push_config.push_endpoint", "dead_letter_policy.max_delivery_attempts")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc := up.PushConfig; pc.GetPushEndpoint() != "http://127.0.0.1:1/b" || pc.GetAttributes()["x-goog-version"] != "v1" {
+		t.Errorf("push config after updating its endpoint: %v", pc)
+	}
+	if p := up.DeadLetterPolicy; p.GetMaxDeliveryAttempts() != 9 || p.GetDeadLetterTopic() != dl {
+		t.Errorf("dead-letter policy after updating its attempts: %v", p)
+	}
+	// Clearing a field of a message the subscription does not have leaves
+	// it out; an empty ttl is "never expire".
+	up, err = c.SubscriptionAdminClient.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: sub.Name, ExpirationPolicy: &pb.ExpirationPolicy{}},
+		UpdateMask:   mask("retry_policy.minimum_backoff", "expiration_policy.ttl")})
+	if err != nil || up.RetryPolicy != nil || up.ExpirationPolicy.GetTtl() != nil {
+		t.Errorf("update of nested fields: %v %v", up, err)
+	}
+	for _, tc := range []struct{ path, text string }{
+		{"push_config.nope", "push_config.nope is not a known Subscription field"},
+		{"labels.a", "labels.a is not a known Subscription field"},
+		{"state", "state is not a known Subscription field"},
+		{"topic_message_retention_duration", "topic_message_retention_duration is not a known Subscription field"},
+		{"name", "the name field in the Subscription is not mutable"},
+		{"topic", "the topic field in the Subscription is not mutable"},
+		{"enable_message_ordering", "the enable_message_ordering field in the Subscription is not mutable"},
+		{"filter", "the filter field in the Subscription is not mutable"},
+		{"detached", "the detached field in the Subscription is not mutable"},
+	} {
+		_, err := c.SubscriptionAdminClient.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+			Subscription: &pb.Subscription{Name: sub.Name}, UpdateMask: mask(tc.path)})
+		wantStatus(t, tc.path, err, codes.InvalidArgument, tc.text)
+	}
+}
+
+// TestUpdateImmutableFields runs the refusals that Google's emulator also
+// implements side by side with it.
+func TestUpdateImmutableFields(t *testing.T) {
+	forEachTarget(t, []string{"emulator"}, func(t *testing.T, tg target) {
+		c := newClient(t, tg.addr)
+		ctx := context.Background()
+		topic := createTopic(t, c)
+		sub := createSub(t, c, &pb.Subscription{Topic: topic})
+		for _, tc := range []struct{ path, text string }{
+			{"bogus", "Invalid update_mask provided in the UpdateSubscriptionRequest: bogus is not a known Subscription field"},
+			{"state", "state is not a known Subscription field"},
+			{"topic", "Invalid update_mask provided in the UpdateSubscriptionRequest: the topic field in the Subscription is not mutable."},
+			{"enable_message_ordering", "the enable_message_ordering field in the Subscription is not mutable."},
+			{"name", "the name field in the Subscription is not mutable."},
+		} {
+			_, err := c.SubscriptionAdminClient.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+				Subscription: &pb.Subscription{Name: sub.Name, Topic: topic + "x", EnableMessageOrdering: true}, UpdateMask: mask(tc.path)})
+			wantStatus(t, tc.path, err, codes.InvalidArgument, tc.text)
+		}
+		_, err := c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{Topic: &pb.Topic{Name: topic}, UpdateMask: mask("bogus")})
+		wantStatus(t, "topic bogus", err, codes.InvalidArgument, "Invalid update_mask provided in the UpdateTopicRequest: bogus is not a known Topic field")
+	})
+}
