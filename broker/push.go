@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/limits"
 )
 
@@ -74,7 +75,7 @@ func checkPushConfig(pc *pb.PushConfig) error {
 		valid = err == nil && n > 0 && n <= 65535
 	}
 	if !valid {
-		return status.Errorf(codes.InvalidArgument, "invalid push_endpoint %q: want an absolute http or https URL", ep)
+		return status.Errorf(codes.InvalidArgument, "invalid push_endpoint %q: want an absolute http or https URL", redact.URL(ep))
 	}
 	if o := pc.GetOidcToken(); o != nil && o.ServiceAccountEmail == "" {
 		return status.Error(codes.InvalidArgument, "push_config.oidc_token.service_account_email is required: it is the token's email claim")

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/store/disk"
 	"github.com/dedupflow/dedupflow/store/mem"
 	"github.com/dedupflow/dedupflow/store/redis"
@@ -114,7 +115,7 @@ func parse(spec string) (kind, arg string, err error) {
 	case strings.HasPrefix(spec, "redis://") || strings.HasPrefix(spec, "rediss://"):
 		return kindRedis, spec, nil
 	}
-	return "", "", fmt.Errorf("unknown state %q: %w", spec, errSpec)
+	return "", "", fmt.Errorf("unknown state %q: %w", redact.URL(spec), errSpec)
 }
 
 func maxHorizon(kind string) time.Duration {

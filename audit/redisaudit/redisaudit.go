@@ -42,7 +42,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -51,6 +50,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dedupflow/dedupflow/audit"
+	"github.com/dedupflow/dedupflow/internal/redact"
 )
 
 // DefaultPrefix is the dedup store's default prefix, so one --state URL
@@ -88,16 +88,8 @@ func Open(ctx context.Context, rawURL string, opt Options) (*Target, error) {
 		opt.Prefix = prefix
 	}
 	t := New(rdb, opt)
-	t.own, t.name = true, redacted(rawURL)
+	t.own, t.name = true, redact.URL(rawURL)
 	return t, nil
-}
-
-// redacted is the URL without its password, for logs.
-func redacted(rawURL string) string {
-	if u, err := url.Parse(rawURL); err == nil {
-		return u.Redacted()
-	}
-	return "redis"
 }
 
 // New returns a Target over a client the caller made and closes.

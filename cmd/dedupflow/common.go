@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
@@ -65,7 +66,8 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	if err := lv.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.level)
 	}
-	o := &slog.HandlerOptions{Level: lv}
+	// Every line masks the passwords of the URLs it names.
+	o := &slog.HandlerOptions{Level: lv, ReplaceAttr: redact.Attr}
 	switch l.format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, o)), nil

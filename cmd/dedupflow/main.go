@@ -14,6 +14,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/dedupflow/dedupflow/internal/redact"
 )
 
 type command struct {
@@ -67,7 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				// stop as asked: nothing was taken, so nothing failed.
 				return nil
 			}
-			return err
+			// No password of a URL the user gave may reach the terminal.
+			return redact.Error(err)
 		}
 	}
 	usage(stderr)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/audit/redisaudit"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink/topic"
@@ -142,7 +143,7 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 func pull(ctx context.Context, p *pipeline.Pipeline, sub *pubsub.Subscriber, cfg *jobConfig, log *slog.Logger, started func(*pipeline.Pipeline)) error {
 	log.Info("pipeline running", "input", sub.String(), "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
 		"id_attribute", cfg.pipeline.Rule.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.Mode.String(),
-		"state", cfg.state.spec, "shadow", cfg.pipeline.Shadow)
+		"state", redact.URL(cfg.state.spec), "shadow", cfg.pipeline.Shadow)
 	if started != nil {
 		started(p)
 	}
@@ -159,7 +160,7 @@ func servePush(ctx context.Context, p *pipeline.Pipeline, cfg *jobConfig, log *s
 	log.Info("pipeline running", "push_endpoint", endpoint,
 		"configure", "set the push subscription's endpoint to push_endpoint (on Cloud Run: the service's https URL with this path)", "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
 		"id_attribute", cfg.pipeline.Rule.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.Mode.String(),
-		"state", cfg.state.spec)
+		"state", redact.URL(cfg.state.spec))
 	if started != nil {
 		started(p)
 	}

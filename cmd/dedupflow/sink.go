@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/postgres"
@@ -87,16 +87,4 @@ func openSink(ctx context.Context, s sinkSpec, w sinkWiring) (sink.Sink, func(),
 
 // sinkLabel is --sink as logs may show it: a database URL without its
 // password.
-func sinkLabel(spec string) string {
-	u, err := url.Parse(spec)
-	if err != nil || u.User == nil {
-		if err != nil && strings.Contains(spec, "@") {
-			return "(unparsable URL)"
-		}
-		return spec
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+func sinkLabel(spec string) string { return redact.URL(spec) }

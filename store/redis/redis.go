@@ -65,6 +65,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/redact"
 )
 
 // MaxHorizon is the longest horizon this store accepts; Redis itself has
@@ -161,6 +162,8 @@ type urlOptions struct {
 }
 
 func dial(ctx context.Context, rawURL string) (rdb goredis.UniversalClient, uo urlOptions, err error) {
+	// net/url's and go-redis's parse errors quote the URL whole.
+	defer func() { err = redact.Error(err) }()
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, uo, fmt.Errorf("parse redis url: %w", err)
