@@ -7,6 +7,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
@@ -27,6 +28,35 @@ type Message struct {
 // after it, and the key recorded as done.
 type Sink interface {
 	Write(ctx context.Context, m *Message) error
+}
+
+// BatchSink is a Sink that also writes many messages in one call: one
+// publish request, one statement, one write. It says which messages failed,
+// so that only their keys are released and only they are nacked: errs[i]
+// is nil once ms[i] is durable, else its error, as Write would return it.
+// errs is the caller's, as long as ms; a sink keeps no reference to either
+// after it returns.
+//
+// It is optional, beside Sink, so a Sink of its own (a test's, say) keeps
+// working: WriteBatch below writes each message with Write for one without it.
+type BatchSink interface {
+	Sink
+	WriteBatch(ctx context.Context, ms []*Message, errs []error)
+}
+
+// WriteBatch writes every ms[i] to s, setting errs[i]: in one call when s
+// is a BatchSink, else one Write per message, all at once, as the
+// per-message path writes them.
+func WriteBatch(ctx context.Context, s Sink, ms []*Message, errs []error) {
+	if bs, ok := s.(BatchSink); ok {
+		bs.WriteBatch(ctx, ms, errs)
+		return
+	}
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Go(func() { errs[i] = s.Write(ctx, m) })
+	}
+	wg.Wait()
 }
 
 // ErrPermanent marks a sink error that retrying cannot fix (the message is

@@ -22,35 +22,83 @@ func (s *Sink) writeBatch(reqs []*request) {
 	if len(live) == 0 {
 		return
 	}
-	rows, owner := s.dedupe(live)
+	rows := make([]row, len(live))
+	for i, r := range live {
+		rows[i] = r.row
+	}
+	rows, owner := s.dedupe(rows)
 	errs := s.store(rows)
 	for i, r := range live {
 		r.done <- errs[owner[i]]
 	}
 }
 
-// dedupe returns one row per key and, for each request, the index of the
+// WriteBatch implements sink.BatchSink: the rows of ms in one statement
+// (one per MaxBatch rows), run on the caller's goroutine rather than
+// gathered with other writers' rows. A message that cannot be encoded, or
+// a row the server refuses, fails alone and permanently; a statement that
+// fails otherwise fails the messages it carried. The statement is bounded
+// by StatementTimeout, not by ctx: it may commit after ctx ended, and the
+// retry that follows is then a no-op.
+func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error) {
+	s.callsMu.Lock()
+	if s.closed {
+		s.callsMu.Unlock()
+		for i := range errs {
+			errs[i] = ErrClosed
+		}
+		return
+	}
+	s.calls.Add(1)
+	s.callsMu.Unlock()
+	defer s.calls.Done()
+	rows := make([]row, 0, len(ms))
+	at := make([]int, 0, len(ms)) // the message of each row
+	for i, m := range ms {
+		r, err := encode(m)
+		if err != nil {
+			errs[i] = fmt.Errorf("write message %s to %s: %w", m.ID, s.table.Sanitize(), err)
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("write key %q to %s: %w", r.key, s.table.Sanitize(), context.Cause(ctx))
+			continue
+		}
+		rows, at = append(rows, r), append(at, i)
+	}
+	for len(rows) > 0 {
+		n := min(len(rows), s.opt.MaxBatch)
+		folded, owner := s.dedupe(rows[:n])
+		rerrs := s.store(folded)
+		for j := range n {
+			errs[at[j]] = rerrs[owner[j]]
+		}
+		rows, at = rows[n:], at[n:]
+	}
+}
+
+// dedupe returns one row per key and, for each of rows, the index of the
 // row that stands for it. ON CONFLICT DO UPDATE cannot touch one row twice
 // in a statement, so copies of a key in one batch must be folded: the first
 // wins under DO NOTHING, the last under DO UPDATE — what two statements in
 // arrival order would have left. Every copy gets its row's result.
-func (s *Sink) dedupe(reqs []*request) ([]row, []int) {
-	rows := make([]row, 0, len(reqs))
-	owner := make([]int, len(reqs))
-	at := make(map[string]int, len(reqs))
-	for i, r := range reqs {
-		if j, ok := at[r.row.key]; ok {
+func (s *Sink) dedupe(rows []row) ([]row, []int) {
+	out := make([]row, 0, len(rows))
+	owner := make([]int, len(rows))
+	at := make(map[string]int, len(rows))
+	for i, r := range rows {
+		if j, ok := at[r.key]; ok {
 			if s.opt.OnConflict == DoUpdate {
-				rows[j] = r.row
+				out[j] = r
 			}
 			owner[i] = j
 			continue
 		}
-		at[r.row.key] = len(rows)
-		owner[i] = len(rows)
-		rows = append(rows, r.row)
+		at[r.key] = len(out)
+		owner[i] = len(out)
+		out = append(out, r)
 	}
-	return rows, owner
+	return out, owner
 }
 
 // store writes rows in one statement and returns each row's result. When

@@ -116,13 +116,18 @@ type Sink struct {
 	freed    chan struct{} // a flusher finished a batch
 	stopOnce sync.Once
 	wg       sync.WaitGroup
-	ctx      context.Context // outlives every statement; cancelled by Close last
-	cancel   context.CancelFunc
+	// callsMu guards closed and calls: WriteBatch runs its statements on
+	// its caller's goroutine, and Close waits for them.
+	callsMu sync.Mutex
+	closed  bool
+	calls   sync.WaitGroup
+	ctx     context.Context // outlives every statement; cancelled by Close last
+	cancel  context.CancelFunc
 
 	batchesOK, rows, inserted, failed atomic.Int64
 }
 
-var _ sink.Sink = (*Sink)(nil)
+var _ sink.BatchSink = (*Sink)(nil)
 
 // request is one Write waiting for its batch.
 type request struct {
@@ -263,6 +268,10 @@ func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 func (s *Sink) Close() {
 	s.stopOnce.Do(func() {
 		close(s.closing)
+		s.callsMu.Lock()
+		s.closed = true
+		s.callsMu.Unlock()
+		s.calls.Wait()
 		s.wg.Wait()
 		s.cancel()
 		if s.ownPool {

@@ -33,7 +33,7 @@ type Sink struct {
 	w  io.Writer
 }
 
-var _ sink.Sink = (*Sink)(nil)
+var _ sink.BatchSink = (*Sink)(nil)
 
 // New writes to w. If w has a Flush() error method (a *bufio.Writer), it is
 // called after every line, so a reader sees each message as it is acked.
@@ -71,6 +71,49 @@ func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 		}
 	}
 	return nil
+}
+
+// WriteBatch implements sink.BatchSink: the lines of every message that
+// encodes go to the writer in one write (and one flush). A message that
+// does not encode fails alone, permanently; when the writer fails, the
+// messages whose lines it had taken whole are written, the rest fail.
+func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error) {
+	if err := ctx.Err(); err != nil {
+		for i, m := range ms {
+			errs[i] = fmt.Errorf("write message %s to stdout: %w", m.ID, err)
+		}
+		return
+	}
+	var buf []byte
+	ends := make([]int, len(ms)) // where each message's line ends in buf; -1: not encoded
+	for i, m := range ms {
+		b, err := Encode(m)
+		errs[i], ends[i] = err, -1
+		if err == nil {
+			buf = append(buf, b...)
+			ends[i] = len(buf)
+		}
+	}
+	if len(buf) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := s.w.Write(buf)
+	if err == nil {
+		if f, ok := s.w.(interface{ Flush() error }); ok {
+			// What a flush fails to pass on cannot be told apart by line.
+			n, err = 0, f.Flush()
+		}
+	}
+	if err == nil {
+		return
+	}
+	for i, m := range ms {
+		if ends[i] > n {
+			errs[i] = fmt.Errorf("write message %s to stdout: %w", m.ID, err)
+		}
+	}
 }
 
 // Encode returns m's line, newline included.

@@ -109,3 +109,50 @@ func TestWriterError(t *testing.T) {
 		t.Fatalf("err = %v, want a retryable error", err)
 	}
 }
+
+// short takes the first max bytes of a write and fails; it counts writes.
+type short struct {
+	bytes.Buffer
+	max    int
+	writes int
+}
+
+func (s *short) Write(b []byte) (int, error) {
+	s.writes++
+	if len(b) > s.max {
+		s.Buffer.Write(b[:s.max])
+		return s.max, errors.New("broken pipe")
+	}
+	return s.Buffer.Write(b)
+}
+
+// TestWriteBatch: a batch is one write; a message that cannot be encoded
+// fails alone; when the writer fails partway, the messages whose whole
+// line it took are written and only the rest fail.
+func TestWriteBatch(t *testing.T) {
+	ms := []*sink.Message{
+		{ID: "1", Data: []byte("a")},
+		{ID: "2", Attributes: map[string]string{"\xff": "v"}},
+		{ID: "3", Data: []byte("c")},
+		{ID: "4", Data: []byte("d")},
+	}
+	w := &short{max: 1 << 20}
+	errs := make([]error, len(ms))
+	stdout.New(w).WriteBatch(context.Background(), ms, errs)
+	if w.writes != 1 {
+		t.Errorf("a batch took %d writes, want 1", w.writes)
+	}
+	if errs[0] != nil || errs[2] != nil || errs[3] != nil || !errors.Is(errs[1], sink.ErrPermanent) {
+		t.Fatalf("errors %v: want only message 2's, permanent", errs)
+	}
+	if lines := strings.Count(w.String(), "\n"); lines != 3 {
+		t.Fatalf("%d lines written, want 3:\n%s", lines, w.String())
+	}
+
+	one, _ := stdout.Encode(ms[0])
+	w = &short{max: len(one) + 5} // message 1's line and part of message 3's
+	stdout.New(w).WriteBatch(context.Background(), ms, errs)
+	if errs[0] != nil || errs[2] == nil || errs[3] == nil {
+		t.Fatalf("writer failing after the first line: errors %v, want messages 3 and 4 failed, 1 written", errs)
+	}
+}

@@ -54,7 +54,7 @@ type Sink struct {
 	rpcs   sync.WaitGroup
 }
 
-var _ sink.Sink = (*Sink)(nil)
+var _ sink.BatchSink = (*Sink)(nil)
 
 // batch is the messages of one publish request and, once done is closed,
 // its outcome: err for all, or errs one by one after a rejected request
@@ -83,11 +83,7 @@ func New(c *pubsub.Client, topic pubsubio.Name, timeout time.Duration) *Sink {
 
 // Write implements sink.Sink.
 func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
-	pm := &pb.PubsubMessage{Data: m.Data, Attributes: m.Attributes}
-	size := len(m.Data)
-	for k, v := range m.Attributes {
-		size += len(k) + len(v)
-	}
+	pm, size := message(m)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -122,13 +118,68 @@ func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 		s.mu.Unlock()
 		return fmt.Errorf("publish to %s: %w", s.topic, context.Cause(ctx))
 	}
-	if err := b.result(i); err != nil {
-		if status.Code(err) == codes.InvalidArgument {
-			return fmt.Errorf("publish to %s: %w: %w", s.topic, sink.ErrPermanent, err)
-		}
-		return fmt.Errorf("publish to %s: %w", s.topic, err)
+	return s.failed(b.result(i))
+}
+
+// message is m as published, and its size as the request limit counts it.
+func message(m *sink.Message) (*pb.PubsubMessage, int) {
+	size := len(m.Data)
+	for k, v := range m.Attributes {
+		size += len(k) + len(v)
 	}
-	return nil
+	return &pb.PubsubMessage{Data: m.Data, Attributes: m.Attributes}, size
+}
+
+// failed is the error a writer gets for a publish that failed with err.
+func (s *Sink) failed(err error) error {
+	if err == nil {
+		return nil
+	}
+	if status.Code(err) == codes.InvalidArgument {
+		return fmt.Errorf("publish to %s: %w: %w", s.topic, sink.ErrPermanent, err)
+	}
+	return fmt.Errorf("publish to %s: %w", s.topic, err)
+}
+
+// WriteBatch implements sink.BatchSink: the messages go out in one publish
+// request (more when they pass 1,000 messages or 9 MB), sent by the caller
+// itself rather than gathered with other writers' messages, bounded by the
+// sink's timeout as its own requests are.
+func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		for i := range errs {
+			errs[i] = fmt.Errorf("publish to %s: %w", s.topic, ErrStopped)
+		}
+		return
+	}
+	s.rpcs.Add(1) // Stop waits for this batch's requests as for its own
+	s.mu.Unlock()
+	defer s.rpcs.Done()
+	msgs := make([]*pb.PubsubMessage, len(ms))
+	from, bytes := 0, 0
+	flush := func(to int) {
+		each, err := s.request(ctx, msgs[from:to])
+		for i := from; i < to; i++ {
+			if each != nil {
+				err = each[i-from]
+			}
+			errs[i] = s.failed(err)
+		}
+		from, bytes = to, 0
+	}
+	for i, m := range ms {
+		pm, size := message(m)
+		if i > from && (i-from == maxBatchCount || bytes+size > maxBatchBytes) {
+			flush(i)
+		}
+		msgs[i] = pm
+		bytes += size
+	}
+	if from < len(ms) {
+		flush(len(ms))
+	}
 }
 
 // takeLocked hands out the next batch to send, counting it as in flight
@@ -168,36 +219,43 @@ func (s *Sink) run(b *batch) {
 	}
 }
 
-// send publishes b and records the outcome. A request the server refuses
-// as invalid is split, so one bad message (too large, say) fails alone
-// and the others go through.
+// send publishes b and records the outcome.
 func (s *Sink) send(b *batch) {
 	defer close(b.done)
-	msgs := make([]*pb.PubsubMessage, 0, len(b.msgs))
-	for _, m := range b.msgs {
+	b.errs, b.err = s.request(context.Background(), b.msgs)
+}
+
+// request publishes msgs (leaving out nil ones: writers that gave up) in
+// one request within the sink's timeout, and returns the outcome: each
+// message's in errs, or err for all when errs is nil. A request the server refuses as invalid
+// is split, so one bad message (too large, say) fails alone and the others
+// go through: one at a time, within a second timeout for the whole split,
+// so a refused request costs its writers at most twice the bound of one.
+func (s *Sink) request(parent context.Context, msgs []*pb.PubsubMessage) (errs []error, err error) {
+	live := make([]*pb.PubsubMessage, 0, len(msgs))
+	for _, m := range msgs {
 		if m != nil {
-			msgs = append(msgs, m)
+			live = append(live, m)
 		}
 	}
-	if len(msgs) == 0 {
-		return
+	if len(live) == 0 {
+		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	ctx, cancel := context.WithTimeout(parent, s.timeout)
 	defer cancel()
-	b.err = s.call(ctx, msgs)
-	if status.Code(b.err) != codes.InvalidArgument || len(msgs) == 1 {
-		return
+	err = s.call(ctx, live)
+	if status.Code(err) != codes.InvalidArgument || len(live) == 1 {
+		return nil, err
 	}
-	// One at a time, within a second timeout for the whole split, so a
-	// refused batch costs its writers at most twice the bound of one.
-	ctx, cancel = context.WithTimeout(context.Background(), s.timeout)
+	ctx, cancel = context.WithTimeout(parent, s.timeout)
 	defer cancel()
-	b.errs = make([]error, len(b.msgs))
-	for i, m := range b.msgs {
+	errs = make([]error, len(msgs))
+	for i, m := range msgs {
 		if m != nil {
-			b.errs[i] = s.call(ctx, []*pb.PubsubMessage{m})
+			errs[i] = s.call(ctx, []*pb.PubsubMessage{m})
 		}
 	}
+	return errs, nil
 }
 
 func (s *Sink) call(ctx context.Context, msgs []*pb.PubsubMessage) error {

@@ -33,6 +33,8 @@ type sinkRig struct {
 	sent []string      // the "k" attribute of every message sent, in order
 	hold chan struct{} // when set, the first request waits for it to close
 	held bool
+	// holding is closed when the held request has arrived.
+	holding chan struct{}
 }
 
 // holdFirst makes the next publish request wait until the returned
@@ -40,7 +42,7 @@ type sinkRig struct {
 func (r *sinkRig) holdFirst() chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.hold = make(chan struct{})
+	r.hold, r.holding = make(chan struct{}), make(chan struct{})
 	return r.hold
 }
 
@@ -92,6 +94,7 @@ func newSinkRig(t *testing.T, server string) *sinkRig {
 		var wait chan struct{}
 		if r.hold != nil && !r.held {
 			r.held, wait = true, r.hold
+			close(r.holding)
 		}
 		r.mu.Unlock()
 		if wait != nil {
