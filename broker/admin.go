@@ -28,6 +28,9 @@ func (b *Broker) putTopicLocked(id uint64, tp *pb.Topic) *topic {
 	b.nextID = max(b.nextID, id+1)
 	t.updateRetainFor()
 	b.logTopic(t)
+	for _, s := range t.subs {
+		s.proto.TopicMessageRetentionDuration = tp.MessageRetentionDuration
+	}
 	return t
 }
 
@@ -64,6 +67,9 @@ func (b *Broker) putSubLocked(id uint64, t *topic, firstSeq uint64, sp *pb.Subsc
 	}
 	s.proto, s.topic = sp, t
 	if t != nil {
+		// Output only: the service shows the topic's retention on each
+		// of its subscriptions.
+		sp.TopicMessageRetentionDuration = t.proto.MessageRetentionDuration
 		t.subs[id] = s
 		t.updateRetainFor()
 	}

@@ -2,12 +2,16 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/api/iterator"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 )
 
@@ -138,4 +142,50 @@ func TestUpdateImmutableFields(t *testing.T) {
 		_, err := c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{Topic: &pb.Topic{Name: topic}, UpdateMask: mask("bogus")})
 		wantStatus(t, "topic bogus", err, codes.InvalidArgument, "Invalid update_mask provided in the UpdateTopicRequest: bogus is not a known Topic field")
 	})
+}
+
+// TestTopicRetentionOnSubscription: topic_message_retention_duration is
+// output only, the topic's retention as the service shows it on each of its
+// subscriptions, on create, get and list, and after the topic changes it.
+func TestTopicRetentionOnSubscription(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	ctx := context.Background()
+	topic := topicName(unique("t"))
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topic, MessageRetentionDuration: durationpb.New(2 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	// What a create request sets in output-only fields is ignored.
+	created := createSub(t, c, &pb.Subscription{Topic: topic, State: pb.Subscription_RESOURCE_ERROR, Detached: true,
+		TopicMessageRetentionDuration: durationpb.New(time.Minute)})
+	if created.TopicMessageRetentionDuration.AsDuration() != 2*time.Hour || created.State != pb.Subscription_ACTIVE || created.Detached {
+		t.Errorf("created: %v", created)
+	}
+	retention := func() (got []time.Duration) {
+		s, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: created.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s.TopicMessageRetentionDuration.AsDuration())
+		it := c.SubscriptionAdminClient.ListSubscriptions(ctx, &pb.ListSubscriptionsRequest{Project: "projects/" + project})
+		for s, err := it.Next(); err != iterator.Done; s, err = it.Next() {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Name == created.Name {
+				got = append(got, s.TopicMessageRetentionDuration.AsDuration())
+			}
+		}
+		return got
+	}
+	if got := retention(); fmt.Sprint(got) != "[2h0m0s 2h0m0s]" {
+		t.Errorf("get and list: %v, want 2h", got)
+	}
+	if _, err := c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{
+		Topic: &pb.Topic{Name: topic, MessageRetentionDuration: durationpb.New(3 * time.Hour)}, UpdateMask: mask("message_retention_duration")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := retention(); fmt.Sprint(got) != "[3h0m0s 3h0m0s]" {
+		t.Errorf("after the topic's update: %v, want 3h", got)
+	}
 }

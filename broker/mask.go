@@ -94,3 +94,18 @@ func hasBehavior(fd protoreflect.FieldDescriptor, want ...annotations.FieldBehav
 	got, _ := proto.GetExtension(fd.Options(), annotations.E_FieldBehavior).([]annotations.FieldBehavior)
 	return slices.ContainsFunc(got, func(b annotations.FieldBehavior) bool { return slices.Contains(want, b) })
 }
+
+// clearOutputOnly drops what a create request sets in fields the API marks
+// output-only, here and in nested messages: the service ignores them and
+// fills them in itself.
+func clearOutputOnly(m protoreflect.Message) {
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case hasBehavior(fd, annotations.FieldBehavior_OUTPUT_ONLY):
+			m.Clear(fd)
+		case fd.Kind() == protoreflect.MessageKind && !fd.IsList() && !fd.IsMap():
+			clearOutputOnly(v.Message())
+		}
+		return true
+	})
+}

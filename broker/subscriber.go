@@ -40,6 +40,8 @@ func (srv *subscriberServer) CreateSubscription(ctx context.Context, req *pb.Sub
 		return nil, err
 	}
 	sp := proto.Clone(req).(*pb.Subscription)
+	clearOutputOnly(sp.ProtoReflect())
+	sp.Detached = false // only DetachSubscription detaches
 	if err := checkSubscriptionConfig(sp); err != nil {
 		return nil, err
 	}
