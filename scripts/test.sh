@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of dedupflow against real servers: it installs what is missing
 # (Redis, PostgreSQL, Chromium, the official Pub/Sub emulator, gcloud, the Node
-# and Python clients, buildah and promtool), starts each on a free loopback port, builds the
+# and Python clients, a JDK and Maven, buildah and promtool), starts each on a free loopback port, builds the
 # container image, exports where they are, then runs go vet and go test -race.
 # Services stop when the script exits.
 set -euo pipefail
@@ -39,6 +39,8 @@ command -v chromium >/dev/null || need+=(chromium)
 [ -x "$emulator" ] || need+=(google-cloud-cli-pubsub-emulator)
 command -v gcloud >/dev/null || need+=(google-cloud-cli)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
+command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || need+=(maven)
 command -v node >/dev/null || need+=(nodejs npm)
 python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 command -v buildah >/dev/null || need+=(buildah)
@@ -120,6 +122,16 @@ if [ ! -e "$venv/.complete" ]; then
   touch "$venv/.complete"
 fi
 export DEDUPFLOW_PYTHON="$venv/bin/python"
+
+# --- the tutorial's Java programs (examples/) ---------------------------------
+# Each jar is built once per run. Maven works offline when ~/.m2 holds what the
+# build needs already, and reaches Maven Central only on the first run.
+mvnpackage() { # folder
+  log "mvn package: $1"
+  (cd "$1" && { mvn -B -q -o -DskipTests package >/dev/null 2>&1 || mvn -B -q -DskipTests package; })
+}
+mvnpackage examples/spring-tutorial
+export DEDUPFLOW_SPRING_JAR="$root/examples/spring-tutorial/target/spring-tutorial.jar"
 
 # Every server above is running: a test that cannot find one fails, never skips.
 export DEDUPFLOW_REQUIRE_SERVERS=1
