@@ -10,11 +10,12 @@ import (
 	"time"
 )
 
-// build compiles a package of this module into the scratch folder.
+// build compiles a package, named by its import path, into the scratch
+// folder; this module's go.mod resolves dedupflow's packages.
 func (e *env) build(ctx context.Context, name, pkg string) (string, error) {
 	bin := filepath.Join(e.tmp, name)
 	e.logf("building: go build -o %s %s", bin, pkg)
-	b, err := startChild("go build "+pkg, filepath.Join(e.tmp, "build-"+name+".log"), e.root, nil, e.goBin, "build", "-o", bin, pkg)
+	b, err := startChild("go build "+pkg, filepath.Join(e.tmp, "build-"+name+".log"), e.self, nil, e.goBin, "build", "-o", bin, pkg)
 	if err != nil {
 		return "", err
 	}
@@ -35,7 +36,7 @@ func (e *env) buildPipeline(ctx context.Context) (string, error) {
 	if e.dedupflowBin != "" {
 		return e.dedupflowBin, nil
 	}
-	bin, err := e.build(ctx, "dedupflow", "./cmd/dedupflow")
+	bin, err := e.build(ctx, "dedupflow", dedupflowModule+"/cmd/dedupflow")
 	if err != nil {
 		return "", err
 	}

@@ -39,6 +39,9 @@ func main() {
 
 const defaultEmulator = "/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator"
 
+// dedupflowModule is the module the bench builds and measures.
+const dedupflowModule = "github.com/dedupflow/dedupflow"
+
 // config is what the flags say.
 type config struct {
 	quick     bool
@@ -170,7 +173,8 @@ func contains(s []string, x string) bool {
 // off it and is cleaned up by run.
 type env struct {
 	cfg            config
-	root           string // module root
+	root           string // the dedupflow module's folder, where its packages' benchmarks run
+	self           string // this module's folder, where binaries are built
 	tmp            string
 	goBin          string
 	stdout, stderr io.Writer
@@ -275,15 +279,17 @@ func (e *env) setup(ctx context.Context) error {
 	if e.goBin, err = exec.LookPath("go"); err != nil {
 		return fmt.Errorf("the go command is needed to build the pipeline and run package benchmarks: %w", err)
 	}
-	out, err := exec.CommandContext(ctx, e.goBin, "env", "GOMOD").Output()
+	// The bench is a module of its own, so that what only it uses stays out
+	// of the library's go.mod; it builds and measures the dedupflow module
+	// that its go.mod replaces with the folder above.
+	out, err := exec.CommandContext(ctx, e.goBin, "list", "-m", "-f", "{{.Dir}}", dedupflowModule).Output()
 	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
+		return fmt.Errorf("find the dedupflow module (run the benchmark as go -C bench run . from the repository): %w", err)
 	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return errors.New("run the benchmark inside the dedupflow module: it builds ./cmd/dedupflow and runs the packages' benchmarks")
+	e.root = strings.TrimSpace(string(out))
+	if e.self, err = os.Getwd(); err != nil {
+		return fmt.Errorf("bench module folder: %w", err)
 	}
-	e.root = filepath.Dir(gomod)
 	if e.tmp, err = os.MkdirTemp("", "dedupflow-bench-"); err != nil {
 		return fmt.Errorf("make scratch folder: %w", err)
 	}

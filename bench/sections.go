@@ -137,7 +137,7 @@ func (e *env) benchPipelines(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	floorBin, err := e.build(ctx, "relayfloor", "./bench/relayfloor")
+	floorBin, err := e.build(ctx, "relayfloor", dedupflowModule+"/bench/relayfloor")
 	if err != nil {
 		return err
 	}

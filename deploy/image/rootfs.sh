@@ -13,7 +13,9 @@ zoneinfo=${ZONEINFO_DIR:-/usr/share/zoneinfo}
 [ -f "$zoneinfo/UTC" ] || { echo "rootfs.sh: no time zone data in $zoneinfo (install tzdata)" >&2; exit 1; }
 
 mkdir -p "$out/usr/local/bin" "$out/etc/ssl/certs" "$out/usr/share" "$out/tmp"
-CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/usr/local/bin/dedupflow" ./cmd/dedupflow
+# GOWORK=off: the binary is built from its module's go.mod alone, without the
+# workspace's bench module (go.work).
+GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$out/usr/local/bin/dedupflow" ./cmd/dedupflow
 cp "$certs" "$out/etc/ssl/certs/ca-certificates.crt"
 cp -R "$zoneinfo" "$out/usr/share/zoneinfo"
 # 65532 is the "nonroot" user of distroless images, so volume permissions
