@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"io"
@@ -204,5 +206,46 @@ func TestRESTRoutesFromDescriptors(t *testing.T) {
 	}
 	if _, ok := got["StreamingPull"]; ok {
 		t.Error("StreamingPull has no REST binding but was routed")
+	}
+}
+
+// TestRESTGzipBody takes request bodies the way Google's Java API clients
+// (Beam's PubsubIO) send them, gzipped, and refuses a body that unpacks past
+// the bound or an encoding it cannot read with the service's error.
+func TestRESTGzipBody(t *testing.T) {
+	base := "http://" + startOurs(t, Options{}).addr + "/v1/projects/" + project
+	gz := func(b []byte) string {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		if _, err := zw.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	topic := unique("gzip-t")
+	if code, v := rest(t, "PUT", base+"/topics/"+topic, gz([]byte(`{"labels":{"from":"java"}}`)), "Content-Encoding", "gzip"); code != 200 {
+		t.Fatalf("create topic with a gzipped body: %d %v", code, v)
+	}
+	if code, v := rest(t, "GET", base+"/topics/"+topic, ``); code != 200 || v["labels"].(map[string]any)["from"] != "java" {
+		t.Fatalf("the topic a gzipped body created: %d %v, want label from=java", code, v)
+	}
+	big := gz([]byte(`{"messages":[{"data":"` + strings.Repeat("A", restBodyBytes) + `"}]}`))
+	for _, tc := range []struct {
+		name, body, encoding, msg string
+	}{
+		{"not gzip", `{}`, "gzip", "read gzip request body"},
+		{"unpacks too large", big, "gzip", "unpacks to more than"},
+		{"unknown encoding", `{}`, "br", `unsupported request Content-Encoding "br"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, v := rest(t, "POST", base+"/topics/"+topic+":publish", tc.body, "Content-Encoding", tc.encoding)
+			e, _ := v["error"].(map[string]any)
+			if code != 400 || e["status"] != "INVALID_ARGUMENT" || !strings.Contains(e["message"].(string), tc.msg) {
+				t.Fatalf("got %d %v, want 400 INVALID_ARGUMENT containing %q", code, v, tc.msg)
+			}
+		})
 	}
 }
