@@ -27,7 +27,8 @@ import (
 // outage answers 503; a body that is not a push request answers 400 and
 // is counted in dedupflow_push_malformed_total. Options.VerifyToken, if
 // set, checks the request's bearer token first (401 without a good one);
-// without it nothing is verified.
+// without it nothing is verified. A request a browser marks as from another
+// site is refused with 403 in any case.
 func PushHandler(store dedup.Store, opt Options, next http.Handler) (http.Handler, error) {
 	if next == nil {
 		return nil, invalid("nil next handler")
@@ -51,7 +52,7 @@ func PushHandler(store dedup.Store, opt Options, next http.Handler) (http.Handle
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	return s, nil
+	return s.Handler(), nil
 }
 
 // MessageFrom returns the message a push handler's next is called for

@@ -47,7 +47,7 @@ func (p *Pipeline) ServePush(ctx context.Context, ln net.Listener, o PushOptions
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle(o.Path, s)
+	mux.Handle(o.Path, s.Handler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := p.start(ctx)
 	defer stop()

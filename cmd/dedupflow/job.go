@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/pushauth"
+	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
@@ -33,8 +36,10 @@ type jobFlags struct {
 	given          map[string]bool // flags set on the command line or from the environment
 }
 
-// pushFlags make the pipeline a push endpoint instead of a puller.
-type pushFlags struct{ addr, path string }
+// pushFlags make the pipeline a push endpoint instead of a puller; with
+// audience and serviceAccount it takes only pushes whose OIDC token
+// verifies against the keys at jwks.
+type pushFlags struct{ addr, path, audience, serviceAccount, jwks string }
 
 // defaultMaxBytes bounds the payloads held at once per stream, so that the
 // default pipeline stays under about 1 GiB with two streams even when
@@ -86,6 +91,9 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&j.maxBytes, "max-outstanding-bytes", defaultMaxBytes, "payload bytes held at once per stream (bounds memory with large messages)")
 	fs.StringVar(&j.push.addr, "input-push", "", "receive a push subscription's POSTs on this address (host:port) instead of pulling")
 	fs.StringVar(&j.push.path, "push-path", "/", "with --input-push: the path Pub/Sub posts to")
+	fs.StringVar(&j.push.audience, "push-audience", "", "with --input-push: take only pushes whose OIDC token has this audience (the push subscription's oidc_token audience; by default its endpoint URL); needs --push-service-account")
+	fs.StringVar(&j.push.serviceAccount, "push-service-account", "", "with --input-push: take only pushes whose OIDC token is of this service account email (the push subscription's oidc_token service account); needs --push-audience")
+	fs.StringVar(&j.push.jwks, "push-jwks", pushauth.GoogleCerts, "with --push-audience: URL of the keys that sign push tokens (the broker's: http://BROKER/oauth2/v3/certs)")
 	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&k.keyFrom, "key-from", "attribute", "where the key is: attribute (--id-attribute, else the message ID), json:PATH (a field of a JSON payload) or hash (SHA-256 of the payload)")
 	fs.StringVar(&t.domain, "time-domain", "processing", "clock of the horizon: processing, or event (expires when the watermark passes event time + horizon)")
@@ -161,7 +169,7 @@ func (j *jobFlags) config() (jobConfig, error) {
 func (j *jobFlags) resolveNames(c *jobConfig) error {
 	n := j.names
 	var err error
-	if j.push.addr != "" || j.given["push-path"] {
+	if j.push.addr != "" || j.given["push-path"] || j.given["push-audience"] || j.given["push-service-account"] || j.given["push-jwks"] {
 		if err := j.checkPush(c); err != nil {
 			return err
 		}
@@ -209,6 +217,13 @@ func (j *jobFlags) checkPush(c *jobConfig) error {
 		return errors.New("--input-push receives pushes and --input-subscription/--input-topic pull: give one of them")
 	case !strings.HasPrefix(p.path, "/"):
 		return fmt.Errorf("--push-path %q must start with /", p.path)
+	case (p.audience == "") != (p.serviceAccount == ""):
+		return errors.New("--push-audience and --push-service-account go together: a token is good only for this endpoint and from this service account")
+	case j.given["push-jwks"] && p.audience == "":
+		return errors.New("--push-jwks needs --push-audience and --push-service-account")
+	}
+	if u, err := url.Parse(p.jwks); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("--push-jwks %q: want an http or https URL", redact.URL(p.jwks))
 	}
 	if _, _, err := net.SplitHostPort(p.addr); err != nil {
 		return fmt.Errorf("--input-push %q: want host:port, e.g. 127.0.0.1:8090 (or :8080 in a container): %w", p.addr, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/audit/redisaudit"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/pushauth"
 	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
@@ -157,6 +158,15 @@ func servePush(ctx context.Context, p *pipeline.Pipeline, cfg *jobConfig, log *s
 		return fmt.Errorf("--input-push: %w", err)
 	}
 	endpoint := "http://" + ln.Addr().String() + cfg.push.path
+	o := pipeline.PushOptions{Path: cfg.push.path}
+	if a := cfg.push; a.audience != "" {
+		if o.Verify, err = pushauth.New(ctx, pushauth.Options{JWKS: a.jwks, Audience: a.audience, ServiceAccount: a.serviceAccount}); err != nil {
+			return err
+		}
+		log.Info("push tokens verified", "audience", a.audience, "service_account", a.serviceAccount, "jwks", redact.URL(a.jwks))
+	} else {
+		warnOpen(log, "push endpoint", ln.Addr().String())
+	}
 	log.Info("pipeline running", "push_endpoint", endpoint,
 		"configure", "set the push subscription's endpoint to push_endpoint (on Cloud Run: the service's https URL with this path)", "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
 		"id_attribute", cfg.pipeline.Rule.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.Mode.String(),
@@ -164,7 +174,7 @@ func servePush(ctx context.Context, p *pipeline.Pipeline, cfg *jobConfig, log *s
 	if started != nil {
 		started(p)
 	}
-	return p.ServePush(ctx, ln, pipeline.PushOptions{Path: cfg.push.path})
+	return p.ServePush(ctx, ln, o)
 }
 
 // subscriber reads the input: its subscription, or one of our own on its

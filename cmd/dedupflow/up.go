@@ -316,9 +316,10 @@ func dialable(hostport string) string {
 // openWarnings say what anyone who reaches a server without
 // authentication can do, for the warning at start.
 var openWarnings = map[string]string{
-	"broker":      "anyone who can reach it can publish, pull, and create or delete topics and subscriptions through the gRPC and REST API",
-	"console":     "anyone who can reach it can publish",
-	"broker page": "anyone who can reach it can publish and seek",
+	"broker":        "anyone who can reach it can publish, pull, and create or delete topics and subscriptions through the gRPC and REST API",
+	"console":       "anyone who can reach it can publish",
+	"broker page":   "anyone who can reach it can publish and seek",
+	"push endpoint": "anyone who can reach it can post messages that the pipeline takes as pushed by Pub/Sub; give --push-audience and --push-service-account to verify the push subscription's token",
 }
 
 // warnOpen warns when a server that does not ask who is calling listens

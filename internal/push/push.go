@@ -22,6 +22,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dedupflow/dedupflow/internal/localguard"
 	"github.com/dedupflow/dedupflow/internal/outcome"
 	"github.com/dedupflow/dedupflow/limits"
 )
@@ -53,6 +54,16 @@ type Server struct {
 func NewMalformed() prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupflow_push_malformed_total",
 		Help: "Push requests whose body was not a Pub/Sub push request (answered 400)."})
+}
+
+// Handler is s behind a refusal (403) of requests a browser marks as from
+// another site: Pub/Sub sends neither Origin nor Sec-Fetch-Site, and any
+// page the user opens could otherwise post messages to an endpoint on
+// this machine or network, even one that verifies tokens.
+func (s *Server) Handler() http.Handler {
+	return localguard.SameSite(false, func(w http.ResponseWriter, _ *http.Request, code int, msg string) {
+		http.Error(w, msg, code)
+	}, s)
 }
 
 // answers maps an outcome to the status Pub/Sub reads as ack or nack.
