@@ -263,7 +263,7 @@ func TestFilterRejected(t *testing.T) {
 		Subscription: &pb.Subscription{Name: sub.Name, Filter: `attributes:b`},
 		UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"filter"}},
 	})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"filter"`) {
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "the filter field") {
 		t.Errorf("update of the filter: got %v, want InvalidArgument naming the field", err)
 	}
 }
