@@ -189,3 +189,27 @@ func TestTopicRetentionOnSubscription(t *testing.T) {
 		t.Errorf("after the topic's update: %v, want 3h", got)
 	}
 }
+
+// TestDefaultExpiration: without an expiration policy a subscription gets
+// the service's 31 days; an empty ttl means never; under a day is refused.
+func TestDefaultExpiration(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	ctx := context.Background()
+	topic := createTopic(t, c)
+	def := createSub(t, c, &pb.Subscription{Topic: topic})
+	if ttl := def.ExpirationPolicy.GetTtl(); ttl.AsDuration() != 744*time.Hour {
+		t.Errorf("default expiration: %v, want 744h", def.ExpirationPolicy)
+	}
+	never := createSub(t, c, &pb.Subscription{Topic: topic, ExpirationPolicy: &pb.ExpirationPolicy{}})
+	if never.ExpirationPolicy == nil || never.ExpirationPolicy.Ttl != nil {
+		t.Errorf("an empty ttl: %v, want never", never.ExpirationPolicy)
+	}
+	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: subName(unique("s")), Topic: topic,
+		ExpirationPolicy: &pb.ExpirationPolicy{Ttl: durationpb.New(23 * time.Hour)}})
+	wantStatus(t, "ttl of 23h", err, codes.InvalidArgument, "expiration_policy.ttl")
+	_, err = c.SubscriptionAdminClient.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: never.Name, ExpirationPolicy: &pb.ExpirationPolicy{Ttl: durationpb.New(time.Hour)}},
+		UpdateMask:   mask("expiration_policy.ttl")})
+	wantStatus(t, "update to a ttl of 1h", err, codes.InvalidArgument, "expiration_policy.ttl")
+}

@@ -57,6 +57,12 @@ func checkSubscriptionConfig(s *pb.Subscription) error {
 	if d := s.MessageRetentionDuration.AsDuration(); d < minRetention || d > maxRetention {
 		return status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d, minRetention, maxRetention)
 	}
+	if s.ExpirationPolicy == nil {
+		s.ExpirationPolicy = &pb.ExpirationPolicy{Ttl: durationpbOf(defaultExpiration)}
+	}
+	if ttl := s.ExpirationPolicy.Ttl; ttl != nil && ttl.AsDuration() < minExpiration {
+		return status.Errorf(codes.InvalidArgument, "expiration_policy.ttl is %v, the minimum is %v (leave ttl out for a subscription that never expires)", ttl.AsDuration(), minExpiration)
+	}
 	if p := s.DeadLetterPolicy; p != nil {
 		if p.MaxDeliveryAttempts == 0 {
 			p.MaxDeliveryAttempts = minDeadLetterTry

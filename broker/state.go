@@ -15,6 +15,10 @@ const (
 	maxRetention      = 31 * 24 * time.Hour
 	defaultMinBackoff = 10 * time.Second
 	defaultMaxBackoff = 600 * time.Second
+	// A subscription created without an expiration policy gets the
+	// service's default; the service refuses a ttl under a day.
+	defaultExpiration = 31 * 24 * time.Hour
+	minExpiration     = 24 * time.Hour
 )
 
 func durationpbOf(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
