@@ -213,3 +213,34 @@ func TestDefaultExpiration(t *testing.T) {
 		UpdateMask:   mask("expiration_policy.ttl")})
 	wantStatus(t, "update to a ttl of 1h", err, codes.InvalidArgument, "expiration_policy.ttl")
 }
+
+// TestStoragePolicyNeedsARegion: a message storage policy that allows no
+// region is not a valid configuration (the proto says so); the service
+// refuses an update that removes every region.
+func TestStoragePolicyNeedsARegion(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	ctx := context.Background()
+	topic := topicName(unique("t"))
+	regions := &pb.MessageStoragePolicy{AllowedPersistenceRegions: []string{"europe-west1", "us-east1"}}
+	if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topic, MessageStoragePolicy: regions}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{
+		Topic: &pb.Topic{Name: topic, MessageStoragePolicy: &pb.MessageStoragePolicy{}}, UpdateMask: mask("message_storage_policy")})
+	wantStatus(t, "update to no region", err, codes.InvalidArgument, "allowed_persistence_regions")
+	_, err = c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{
+		Topic: &pb.Topic{Name: topic}, UpdateMask: mask("message_storage_policy.allowed_persistence_regions")})
+	wantStatus(t, "update of the regions to none", err, codes.InvalidArgument, "allowed_persistence_regions")
+	_, err = c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topicName(unique("t")), MessageStoragePolicy: &pb.MessageStoragePolicy{}})
+	wantStatus(t, "create with no region", err, codes.InvalidArgument, "allowed_persistence_regions")
+	got, err := c.TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: topic})
+	if err != nil || len(got.MessageStoragePolicy.GetAllowedPersistenceRegions()) != 2 {
+		t.Errorf("the policy after refused updates: %v %v", got, err)
+	}
+	// Leaving the policy out of the update removes the constraint.
+	up, err := c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{Topic: &pb.Topic{Name: topic}, UpdateMask: mask("message_storage_policy")})
+	if err != nil || up.MessageStoragePolicy != nil {
+		t.Errorf("update without a policy: %v %v", up, err)
+	}
+}

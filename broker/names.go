@@ -42,6 +42,17 @@ func checkMessage(i int, m *pb.PubsubMessage) (int, error) {
 	return n, nil
 }
 
+// checkTopicConfig validates the settings of a topic to create or update.
+func checkTopicConfig(tp *pb.Topic) error {
+	if d := tp.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {
+		return status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d.AsDuration(), minRetention, maxRetention)
+	}
+	if p := tp.MessageStoragePolicy; p != nil && len(p.AllowedPersistenceRegions) == 0 {
+		return status.Error(codes.InvalidArgument, "message_storage_policy.allowed_persistence_regions is empty: a policy must allow at least one region (leave the policy out for no constraint)")
+	}
+	return nil
+}
+
 // checkSubscriptionConfig validates the settings the broker interprets and
 // fills in the service's defaults, so that Get returns what the service would.
 func checkSubscriptionConfig(s *pb.Subscription) error {

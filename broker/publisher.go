@@ -45,8 +45,8 @@ func (p *publisherServer) CreateTopic(ctx context.Context, req *pb.Topic) (*pb.T
 	if req.IngestionDataSourceSettings != nil {
 		return nil, status.Error(codes.Unimplemented, "ingestion sources are not supported by this broker")
 	}
-	if d := req.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {
-		return nil, status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d.AsDuration(), minRetention, maxRetention)
+	if err := checkTopicConfig(req); err != nil {
+		return nil, err
 	}
 	b := p.b
 	var out *pb.Topic
@@ -104,8 +104,8 @@ func (p *publisherServer) UpdateTopic(ctx context.Context, req *pb.UpdateTopicRe
 		if err := applyMask(tp, req.Topic, req.UpdateMask); err != nil {
 			return err
 		}
-		if d := tp.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {
-			return status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d.AsDuration(), minRetention, maxRetention)
+		if err := checkTopicConfig(tp); err != nil {
+			return err
 		}
 		if err := b.checkSchemaSettingsLocked(tp.SchemaSettings); err != nil {
 			return err
