@@ -42,6 +42,9 @@ type proc struct {
 func start(t *testing.T, env []string, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: filepath.Base(name), cmd: exec.Command(name, args...), exited: make(chan struct{})}
+	if len(args) > 0 {
+		p.name += " " + args[0]
+	}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {

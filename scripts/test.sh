@@ -132,6 +132,8 @@ mvnpackage() { # folder
 }
 mvnpackage examples/spring-tutorial
 export DEDUPFLOW_SPRING_JAR="$root/examples/spring-tutorial/target/spring-tutorial.jar"
+mvnpackage examples/beam-reference
+export DEDUPFLOW_BEAM_JAR="$root/examples/beam-reference/target/beam-reference.jar"
 
 # Every server above is running: a test that cannot find one fails, never skips.
 export DEDUPFLOW_REQUIRE_SERVERS=1
