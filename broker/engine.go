@@ -2,6 +2,7 @@ package broker
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -20,6 +21,21 @@ const (
 )
 
 func (b *Broker) nowNanos() int64 { return b.now().UnixNano() }
+
+// unixNanos is a time from a request in Unix nanoseconds, pinned to the
+// ends of int64's range for times outside the years 1678-2262, where
+// UnixNano overflows: a user may give any time from year 1 to 9999, and
+// publish times, which are always in range, compare with the pinned value
+// as they would with the time itself.
+func unixNanos(t time.Time) int64 {
+	switch {
+	case t.Before(time.Unix(0, math.MinInt64)):
+		return math.MinInt64
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
 
 // publishLocked stores a new message on t and hands it to every attached
 // subscription. body is what encodeBody made of the data and attributes,

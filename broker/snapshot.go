@@ -36,7 +36,9 @@ type snapshot struct {
 	msgs deque[*message]
 }
 
-func (sn *snapshot) expired(now int64) bool { return sn.proto.ExpireTime.AsTime().UnixNano() <= now }
+func (sn *snapshot) expired(now int64) bool {
+	return !sn.proto.ExpireTime.AsTime().After(time.Unix(0, now))
+}
 
 // newSnapshotLocked takes a snapshot of s's unacknowledged messages at now.
 // Messages already past s's retention are left out: they will never be

@@ -295,7 +295,7 @@ func (srv *subscriberServer) Seek(ctx context.Context, req *pb.SeekRequest) (*pb
 		}
 		switch v := req.Target.(type) {
 		case *pb.SeekRequest_Time:
-			b.seekLocked(s, v.Time.AsTime().UnixNano())
+			b.seekLocked(s, unixNanos(v.Time.AsTime()))
 			return nil
 		case *pb.SeekRequest_Snapshot:
 			return srv.seekToSnapshotLocked(s, v.Snapshot)
