@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The functions in this file change the delivery state. They all run with
@@ -143,7 +146,7 @@ func (b *Broker) leaseLocked(s *subscription, it item, now int64, deadline time.
 // lookupLease finds the live lease behind an ack ID, or nil when the ID is
 // unknown, expired, already acknowledged or waiting out a backoff.
 func (s *subscription) lookupLease(ackID string) *lease {
-	id, err := strconv.ParseUint(ackID, 36, 64)
+	id, err := parseAckID(ackID)
 	if err != nil {
 		return nil
 	}
@@ -152,6 +155,23 @@ func (s *subscription) lookupLease(ackID string) *lease {
 		return nil
 	}
 	return l
+}
+
+// parseAckID reads an ack ID: a lease ID in base 36.
+func parseAckID(ackID string) (uint64, error) { return strconv.ParseUint(ackID, 36, 64) }
+
+// checkAckIDs refuses an empty list or an ack ID that does not parse, with
+// the service's texts.
+func checkAckIDs(ackIDs []string) error {
+	if len(ackIDs) == 0 {
+		return status.Error(codes.InvalidArgument, "No ack ids specified.")
+	}
+	for _, id := range ackIDs {
+		if _, err := parseAckID(id); err != nil {
+			return status.Errorf(codes.InvalidArgument, "Invalid ack id (ack_id=%.100s)", id)
+		}
+	}
+	return nil
 }
 
 // endLeaseLocked forgets l and gives its flow-control budget back to the

@@ -279,3 +279,43 @@ func TestSeekFarAway(t *testing.T) {
 		}
 	})
 }
+
+// TestMalformedAckIDs: an ack ID that does not parse, or none at all, is
+// INVALID_ARGUMENT for Acknowledge and ModifyAckDeadline, and aborts a
+// StreamingPull stream, as the proto says.
+func TestMalformedAckIDs(t *testing.T) {
+	forEachTarget(t, []string{"emulator"}, func(t *testing.T, tg target) {
+		c := newClient(t, tg.addr)
+		ctx := context.Background()
+		sub := createSub(t, c, &pb.Subscription{Topic: createTopic(t, c)})
+		sa := c.SubscriptionAdminClient
+		err := sa.Acknowledge(ctx, &pb.AcknowledgeRequest{Subscription: sub.Name, AckIds: []string{"not an ack ID!"}})
+		wantStatus(t, "ack", err, codes.InvalidArgument, "Invalid ack id")
+		err = sa.Acknowledge(ctx, &pb.AcknowledgeRequest{Subscription: sub.Name})
+		wantStatus(t, "ack of nothing", err, codes.InvalidArgument, "No ack ids specified")
+		err = sa.ModifyAckDeadline(ctx, &pb.ModifyAckDeadlineRequest{Subscription: sub.Name, AckIds: []string{"not an ack ID!"}, AckDeadlineSeconds: 10})
+		wantStatus(t, "modack", err, codes.InvalidArgument, "Invalid ack id")
+		err = sa.ModifyAckDeadline(ctx, &pb.ModifyAckDeadlineRequest{Subscription: sub.Name, AckDeadlineSeconds: 10})
+		wantStatus(t, "modack of nothing", err, codes.InvalidArgument, "No ack ids specified")
+		for name, r := range map[string]*pb.StreamingPullRequest{
+			"ack":             {AckIds: []string{"not an ack ID!"}},
+			"modack":          {ModifyDeadlineAckIds: []string{"not an ack ID!"}, ModifyDeadlineSeconds: []int32{10}},
+			"unpaired":        {ModifyDeadlineAckIds: []string{"1"}},
+			"negative modack": {ModifyDeadlineAckIds: []string{"1"}, ModifyDeadlineSeconds: []int32{-1}},
+		} {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			st, err := sa.StreamingPull(sctx)
+			if err == nil {
+				err = st.Send(&pb.StreamingPullRequest{Subscription: sub.Name, StreamAckDeadlineSeconds: 10})
+			}
+			if err == nil {
+				err = st.Send(r)
+			}
+			for err == nil { // the broker answers the first request as a keepalive
+				_, err = st.Recv()
+			}
+			wantStatus(t, "stream "+name, err, codes.InvalidArgument, "")
+			cancel()
+		}
+	})
+}

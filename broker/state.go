@@ -245,7 +245,7 @@ func (s *subscription) rememberAck(id uint64, now int64) {
 }
 
 func (s *subscription) recentlyAcked(ackID string) bool {
-	id, err := strconv.ParseUint(ackID, 36, 64)
+	id, err := parseAckID(ackID)
 	if err != nil {
 		return false
 	}

@@ -62,6 +62,9 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 		maxMsgs:  int(max(req.MaxOutstandingMessages, 0)),
 		maxBytes: int(max(req.MaxOutstandingBytes, 0)),
 	}
+	if err := checkStreamRequest(req); err != nil {
+		return err
+	}
 	b.mu.Lock()
 	s, err := srv.subscription(req.Subscription)
 	if err == nil {
@@ -89,6 +92,9 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 		defer b.wg.Done()
 		for {
 			r, err := stream.Recv()
+			if err == nil {
+				err = checkStreamRequest(r)
+			}
 			if err != nil {
 				recvDone <- err
 				return
@@ -179,9 +185,32 @@ func (srv *subscriberServer) streamBatchLocked(s *subscription, st *pullStream, 
 	return srv.b.deliverLocked(s, room, max(byteRoom, 1), st.deadline, st, ds)
 }
 
+// checkStreamRequest refuses what the proto says aborts the stream with
+// INVALID_ARGUMENT: a malformed ack ID, deadlines that do not pair with
+// their ack IDs, a negative deadline.
+func checkStreamRequest(r *pb.StreamingPullRequest) error {
+	if n, m := len(r.ModifyDeadlineAckIds), len(r.ModifyDeadlineSeconds); n != m {
+		return status.Errorf(codes.InvalidArgument, "modify_deadline_seconds has %d entries and modify_deadline_ack_ids %d: they must have as many", m, n)
+	}
+	for i, secs := range r.ModifyDeadlineSeconds {
+		if secs < 0 {
+			return status.Errorf(codes.InvalidArgument, "modify_deadline_seconds[%d] is %d, it must not be negative", i, secs)
+		}
+	}
+	for _, ids := range [][]string{r.AckIds, r.ModifyDeadlineAckIds} {
+		if len(ids) > 0 {
+			if err := checkAckIDs(ids); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // streamRequestLocked applies acks, deadline changes and settings that a
-// client sends on the stream. Errors cannot be reported per ack ID on a
-// stream, so invalid ones are ignored, as by the service.
+// client sends on the stream (checkStreamRequest vetted it). Ack IDs that
+// are unknown or expired cannot be reported one by one on a stream, so they
+// are ignored, as by the service.
 func (srv *subscriberServer) streamRequestLocked(s *subscription, st *pullStream, r *pb.StreamingPullRequest) {
 	b := srv.b
 	if s.deleted() {
@@ -190,12 +219,8 @@ func (srv *subscriberServer) streamRequestLocked(s *subscription, st *pullStream
 	if len(r.AckIds) > 0 {
 		b.ackLocked(s, r.AckIds)
 	}
-	if n := min(len(r.ModifyDeadlineAckIds), len(r.ModifyDeadlineSeconds)); n > 0 {
-		for i := range n {
-			if secs := r.ModifyDeadlineSeconds[i]; secs >= 0 && secs <= maxAckDeadline {
-				b.modAckLocked(s, r.ModifyDeadlineAckIds[i:i+1], secs)
-			}
-		}
+	for i := range r.ModifyDeadlineAckIds {
+		b.modAckLocked(s, r.ModifyDeadlineAckIds[i:i+1], min(r.ModifyDeadlineSeconds[i], maxAckDeadline))
 	}
 	if r.StreamAckDeadlineSeconds != 0 {
 		if d, err := streamDeadline(r.StreamAckDeadlineSeconds, s); err == nil {

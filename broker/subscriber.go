@@ -244,6 +244,9 @@ func eodError(failed map[string]string, total int) error {
 }
 
 func (srv *subscriberServer) Acknowledge(ctx context.Context, req *pb.AcknowledgeRequest) (*emptypb.Empty, error) {
+	if err := checkAckIDs(req.AckIds); err != nil {
+		return nil, err
+	}
 	b := srv.b
 	b.mu.Lock()
 	s, err := srv.subscription(req.Subscription)
@@ -270,6 +273,9 @@ func (srv *subscriberServer) Acknowledge(ctx context.Context, req *pb.Acknowledg
 func (srv *subscriberServer) ModifyAckDeadline(_ context.Context, req *pb.ModifyAckDeadlineRequest) (*emptypb.Empty, error) {
 	if req.AckDeadlineSeconds < 0 || req.AckDeadlineSeconds > maxAckDeadline {
 		return nil, status.Errorf(codes.InvalidArgument, "ack_deadline_seconds is %d, it must be between 0 and %d", req.AckDeadlineSeconds, maxAckDeadline)
+	}
+	if err := checkAckIDs(req.AckIds); err != nil {
+		return nil, err
 	}
 	b := srv.b
 	b.mu.Lock()
