@@ -319,3 +319,22 @@ func TestMalformedAckIDs(t *testing.T) {
 		}
 	})
 }
+
+// TestPublishTooManyMessages: a publish request holds at most 1,000
+// messages.
+func TestPublishTooManyMessages(t *testing.T) {
+	forEachTarget(t, []string{"emulator"}, func(t *testing.T, tg target) {
+		c := newClient(t, tg.addr)
+		topic := createTopic(t, c)
+		msgs := make([]*pb.PubsubMessage, 1001)
+		for i := range msgs {
+			msgs[i] = &pb.PubsubMessage{Data: []byte("x")}
+		}
+		_, err := c.TopicAdminClient.Publish(context.Background(), &pb.PublishRequest{Topic: topic, Messages: msgs})
+		wantStatus(t, "1,001 messages", err, codes.InvalidArgument, "Too many messages to publish")
+		r, err := c.TopicAdminClient.Publish(context.Background(), &pb.PublishRequest{Topic: topic, Messages: msgs[:1000]})
+		if err != nil || len(r.MessageIds) != 1000 {
+			t.Errorf("1,000 messages: %v", err)
+		}
+	})
+}

@@ -210,6 +210,9 @@ func (p *publisherServer) Publish(ctx context.Context, req *pb.PublishRequest) (
 	if len(req.Messages) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "a publish request needs at least one message")
 	}
+	if len(req.Messages) > limits.RequestMessages {
+		return nil, status.Errorf(codes.InvalidArgument, "Too many messages to publish: %d, the limit is %d per request", len(req.Messages), limits.RequestMessages)
+	}
 	// The sizes of data and attributes stand in for the request size:
 	// proto.Size would walk every attribute map a second time.
 	total := 0
