@@ -338,3 +338,38 @@ func TestPublishTooManyMessages(t *testing.T) {
 		}
 	})
 }
+
+// TestDetachedRefusesPull: Pull and StreamingPull on a detached
+// subscription return FAILED_PRECONDITION, as the proto says, and a
+// receiver already streaming when it is detached stops with that error.
+// (Google's emulator does not implement DetachSubscription.)
+func TestDetachedRefusesPull(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	ctx := context.Background()
+	topic := createTopic(t, c)
+	sub := createSub(t, c, &pb.Subscription{Topic: topic})
+	publish(t, c, topic, &pubsub.Message{Data: []byte("a")})
+	got := make(chan string, 1)
+	done := make(chan error, 1)
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	go func() {
+		done <- c.Subscriber(sub.Name).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+			m.Ack()
+			select {
+			case got <- m.ID:
+			default:
+			}
+		})
+	}()
+	<-got // the stream is open
+	if _, err := c.TopicAdminClient.DetachSubscription(ctx, &pb.DetachSubscriptionRequest{Subscription: sub.Name}); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, "receive while detached", <-done, codes.FailedPrecondition, "detached")
+	_, err := c.SubscriptionAdminClient.Pull(ctx, &pb.PullRequest{Subscription: sub.Name, MaxMessages: 1})
+	wantStatus(t, "pull", err, codes.FailedPrecondition, "detached")
+	err = c.Subscriber(sub.Name).Receive(rctx, func(context.Context, *pubsub.Message) {})
+	wantStatus(t, "receive", err, codes.FailedPrecondition, "detached")
+}

@@ -67,6 +67,9 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 	}
 	b.mu.Lock()
 	s, err := srv.subscription(req.Subscription)
+	if err == nil && s.proto.Detached {
+		err = detachedError(s)
+	}
 	if err == nil {
 		st.deadline, err = streamDeadline(req.StreamAckDeadlineSeconds, s)
 	}
@@ -115,6 +118,10 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 		if s.deleted() {
 			b.mu.Unlock()
 			return status.Errorf(codes.NotFound, "subscription %s was deleted", req.Subscription)
+		}
+		if s.proto.Detached {
+			b.mu.Unlock()
+			return detachedError(s)
 		}
 		b.fireTimersLocked(b.nowNanos())
 		ds = srv.streamBatchLocked(s, st, ds[:0])

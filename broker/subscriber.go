@@ -32,6 +32,12 @@ func (srv *subscriberServer) subscription(name string) (*subscription, error) {
 	return s, nil
 }
 
+// detachedError is what Pull and StreamingPull answer on a detached
+// subscription, as the proto says.
+func detachedError(s *subscription) error {
+	return status.Errorf(codes.FailedPrecondition, "subscription %s is detached from its topic", s.proto.Name)
+}
+
 func (srv *subscriberServer) CreateSubscription(ctx context.Context, req *pb.Subscription) (*pb.Subscription, error) {
 	if _, _, err := parseName(req.Name, "subscriptions"); err != nil {
 		return nil, err
@@ -180,6 +186,9 @@ func (srv *subscriberServer) Pull(ctx context.Context, req *pb.PullRequest) (*pb
 	for {
 		b.mu.Lock()
 		s, err := srv.subscription(req.Subscription)
+		if err == nil && s.proto.Detached {
+			err = detachedError(s)
+		}
 		if err != nil {
 			b.mu.Unlock()
 			return nil, err
