@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/outcome"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -72,6 +73,55 @@ func BenchmarkPass(b *testing.B) {
 				}
 			}
 			if c := g.Counts(); c.DuplicateRepublish == 0 && next.Load() > 10 {
+				b.Fatalf("no republish caught: %+v", c)
+			}
+		})
+	}
+}
+
+// BenchmarkPassBatch is BenchmarkPass's workload (memory store, a no-op
+// work step, 30% republished copies) through Pass one message at a time
+// and through PassBatch in batches of 500, in the same run:
+//
+//	go test -run '^$' -bench PassBatch ./internal/gate
+func BenchmarkPassBatch(b *testing.B) {
+	for _, size := range []int{1, 500} {
+		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+			dd, err := dedup.New(mem.New(), dedup.Options{LocalWait: dedup.DefaultLease})
+			if err != nil {
+				b.Fatal(err)
+			}
+			nop := func(context.Context, *Item) error { return nil }
+			g, err := New(Config{Rule: dedup.Rule{IDAttribute: "key"}, Deduper: dd,
+				Work: Work{Name: "sink", Do: nop, Dependency: true, DoBatch: func(context.Context, []*Item, []error) {}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			now := time.Now()
+			msg := func(n int) *pubsub.Message {
+				g10, r := n/10, n%10
+				if r >= 7 {
+					r -= 7
+				}
+				return &pubsub.Message{ID: strconv.Itoa(n), Data: []byte("x"), PublishTime: now,
+					Attributes: map[string]string{"key": strconv.Itoa(g10*10 + r)}}
+			}
+			ms := make([]*pubsub.Message, 0, size)
+			outs := make([]outcome.Outcome, size)
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				if ms = append(ms, msg(n)); len(ms) == size {
+					if size == 1 {
+						g.Pass(b.Context(), ms[0])
+					} else {
+						g.PassBatch(b.Context(), ms, outs)
+					}
+					ms = ms[:0]
+				}
+				n++
+			}
+			if c := g.Counts(); c.DuplicateRepublish == 0 && n > 1000 {
 				b.Fatalf("no republish caught: %+v", c)
 			}
 		})

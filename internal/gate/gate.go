@@ -54,6 +54,10 @@ type Work struct {
 	// sink.ErrPermanent sends the message to Reject; one wrapping
 	// dedup.ErrFatal stops the gate; any other brings the message back.
 	Do func(ctx context.Context, it *Item) error
+	// DoBatch, if set, does the work of many items at once (one sink
+	// write) for PassBatch: errs[i] is its[i]'s result, read as Do's.
+	// Nil: PassBatch calls Do for every item at once.
+	DoBatch func(ctx context.Context, its []*Item, errs []error)
 	// Dependency says a failure means the step's dependency is down (a
 	// sink): the gate then backs off and reports not ready. Otherwise a
 	// failure is the message's own (a handler's error).
@@ -234,15 +238,18 @@ func (g *Gate) pass(ctx context.Context, in *pubsub.Message) outcome.Outcome {
 		return outcome.Retried
 	}
 	it, o := g.keyed(ctx, in)
-	if it == nil {
+	switch {
+	case it == nil:
 		return o
+	case it.Source == dedup.SourceNone:
+		return g.work(ctx, it, nil, nil, time.Time{})
 	}
 	return g.decide(ctx, it)
 }
 
 // keyed takes the message's event time and key. A message without them is
-// settled here (moved aside, or worked on without dedup), and keyed
-// returns nil and its outcome.
+// settled here (moved aside), and keyed returns nil and its outcome; one to
+// work on without dedup comes back with Source SourceNone.
 func (g *Gate) keyed(ctx context.Context, in *pubsub.Message) (*Item, outcome.Outcome) {
 	it := &Item{In: in, EventTime: in.PublishTime}
 	if a := g.cfg.TimestampAttribute; a != "" {
@@ -259,10 +266,10 @@ func (g *Gate) keyed(ctx context.Context, in *pubsub.Message) (*Item, outcome.Ou
 	if err != nil {
 		return nil, g.reject(ctx, in, err)
 	}
-	if src == dedup.SourceNone {
-		return nil, g.work(ctx, it, nil, nil, time.Time{})
+	if it.Source = src; src == dedup.SourceNone {
+		return it, ""
 	}
-	it.Key, it.Source = key, src
+	it.Key = key
 	it.note.k = dedup.KeyOf(key)
 	if g.cfg.Audit != nil { // the clock is read per message only for the audit
 		it.note.at = g.auditTime(it.EventTime)
@@ -408,5 +415,7 @@ func (g *Gate) reject(ctx context.Context, in *pubsub.Message, reason error) out
 // pause waits a moment before a nack, jittered so replicas do not retry
 // in step.
 func pause(ctx context.Context) {
-	_ = backoff.Sleep(ctx, backoff.Delay(1, 100*time.Millisecond, time.Second))
+	_ = backoff.Sleep(ctx, pauseDelay())
 }
+
+func pauseDelay() time.Duration { return backoff.Delay(1, 100*time.Millisecond, time.Second) }

@@ -1,0 +1,277 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/outcome"
+	"github.com/dedupflow/dedupflow/sink"
+	"github.com/dedupflow/dedupflow/store/mem"
+)
+
+// counting is a batch store that counts its batch calls.
+type counting struct {
+	*mem.Store
+	mu                     sync.Mutex
+	claims, commits, frees int
+}
+
+func (c *counting) ClaimBatch(ctx context.Context, cs []dedup.Claim, vs []dedup.Verdict, errs []error) {
+	c.mu.Lock()
+	c.claims++
+	c.mu.Unlock()
+	c.Store.ClaimBatch(ctx, cs, vs, errs)
+}
+
+func (c *counting) CommitBatch(ctx context.Context, es []dedup.Entry, errs []error) {
+	c.mu.Lock()
+	c.commits++
+	c.mu.Unlock()
+	c.Store.CommitBatch(ctx, es, errs)
+}
+
+func (c *counting) ReleaseBatch(ctx context.Context, es []dedup.Entry, errs []error) {
+	c.mu.Lock()
+	c.frees++
+	c.mu.Unlock()
+	c.Store.ReleaseBatch(ctx, es, errs)
+}
+
+// rig is a gate over a store, whose work fails a message whose data is
+// "fail" (transiently) or "bad" (permanently), and whose Reject records
+// what it was given.
+type rig struct {
+	g        *Gate
+	mu       sync.Mutex
+	written  []string // message IDs, in the order written
+	rejected []string
+	batches  int
+}
+
+func newRig(t *testing.T, s dedup.Store, missing dedup.Missing) *rig {
+	t.Helper()
+	dd, err := dedup.New(s, dedup.Options{LocalWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{}
+	do := func(_ context.Context, it *Item) error {
+		switch string(it.In.Data) {
+		case "fail":
+			return errors.New("sink down")
+		case "bad":
+			return fmt.Errorf("%w: too large", sink.ErrPermanent)
+		case "fatal":
+			return fmt.Errorf("%w: table dropped", dedup.ErrFatal)
+		}
+		r.mu.Lock()
+		r.written = append(r.written, it.In.ID)
+		r.mu.Unlock()
+		return nil
+	}
+	r.g, err = New(Config{
+		Rule:    dedup.Rule{IDAttribute: "key", Missing: missing},
+		Deduper: dd,
+		Work: Work{Name: "sink", Do: do, Dependency: true, DoBatch: func(ctx context.Context, its []*Item, errs []error) {
+			r.mu.Lock()
+			r.batches++
+			r.mu.Unlock()
+			for i, it := range its {
+				errs[i] = do(ctx, it)
+			}
+		}},
+		Reject: func(_ context.Context, in *pubsub.Message, _ error) error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.rejected = append(r.rejected, in.ID)
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// msgs makes messages from "id:key:data" specs; an empty key leaves the
+// id attribute out.
+func msgs(specs ...string) []*pubsub.Message {
+	ms := make([]*pubsub.Message, len(specs))
+	for i, s := range specs {
+		p := strings.SplitN(s, ":", 3)
+		m := &pubsub.Message{ID: p[0], Data: []byte(p[2]), PublishTime: time.Now(), Attributes: map[string]string{}}
+		if p[1] != "" {
+			m.Attributes["key"] = p[1]
+		}
+		ms[i] = m
+	}
+	return ms
+}
+
+func (r *rig) batch(ms []*pubsub.Message) []outcome.Outcome {
+	outs := make([]outcome.Outcome, len(ms))
+	r.g.PassBatch(context.Background(), ms, outs)
+	return outs
+}
+
+// TestPassBatchSameOutcomesAsPass: a stream of messages (new keys, copies
+// within a batch and across batches, redeliveries, missing keys under each
+// policy, failed and refused writes) gets, message by message, the outcome
+// Pass gives it one at a time.
+func TestPassBatchSameOutcomesAsPass(t *testing.T) {
+	stream := []string{
+		"1:a:x", "2:b:x", "3:a:x", "4:a:x", "1:a:x", // copies of a in the batch, and a redelivery of 1
+		"5:c:fail", "6:d:bad", "7::x", "8:e:x",
+		"9:c:x", "5:c:x", "10:b:x", "11:d:x", "7::x", // c after its failed write, copies across batches
+		"12:f:x", "12:f:x", "13:f:x", "14:g:x",
+	}
+	// The keyless message 7, delivered twice (stream[7], stream[13]),
+	// under each policy.
+	keyless := map[dedup.Missing][2]outcome.Outcome{
+		dedup.Fallback: {outcome.Emitted, outcome.DuplicateRedelivery},
+		dedup.Reject:   {outcome.DeadLettered, outcome.DeadLettered},
+		dedup.Pass:     {outcome.Emitted, outcome.Emitted},
+	}
+	for _, missing := range []dedup.Missing{dedup.Fallback, dedup.Reject, dedup.Pass} {
+		t.Run(missing.String(), func(t *testing.T) {
+			one := newRig(t, mem.New(), missing)
+			var want []outcome.Outcome
+			for _, m := range msgs(stream...) {
+				want = append(want, one.g.Pass(context.Background(), m))
+			}
+			if k := keyless[missing]; want[7] != k[0] || want[13] != k[1] {
+				t.Fatalf("Pass gave the keyless message %s then %s, want %s then %s", want[7], want[13], k[0], k[1])
+			}
+			for _, size := range []int{1, 5, 9, len(stream)} {
+				b := newRig(t, mem.New(), missing)
+				var got []outcome.Outcome
+				ms := msgs(stream...)
+				for len(ms) > 0 {
+					n := min(size, len(ms))
+					got = append(got, b.batch(ms[:n])...)
+					ms = ms[n:]
+				}
+				for i := range want {
+					if got[i] != want[i] {
+						t.Errorf("batches of %d, message %d (%s): %s, Pass gave %s", size, i, stream[i], got[i], want[i])
+					}
+				}
+				if gc, wc := b.g.Counts(), one.g.Counts(); gc != wc {
+					t.Errorf("batches of %d: counts %+v, Pass's %+v", size, gc, wc)
+				}
+			}
+		})
+	}
+}
+
+// TestPassBatchSettlesEachMessage: one claim, one write, one commit and one
+// release for a batch; a failed write releases and nacks exactly its
+// message, a refused one goes to Reject alone, the others are committed.
+func TestPassBatchSettlesEachMessage(t *testing.T) {
+	s := &counting{Store: mem.New()}
+	r := newRig(t, s, dedup.Fallback)
+	outs := r.batch(msgs("1:a:x", "2:b:fail", "3:c:bad", "4:d:x"))
+	want := []outcome.Outcome{outcome.Emitted, outcome.Retried, outcome.DeadLettered, outcome.Emitted}
+	for i := range want {
+		if outs[i] != want[i] {
+			t.Fatalf("outcomes %v, want %v", outs, want)
+		}
+	}
+	if s.claims != 1 || s.commits != 1 || s.frees != 1 || r.batches != 1 {
+		t.Errorf("%d claim, %d commit, %d release calls and %d writes for one batch, want one each",
+			s.claims, s.commits, s.frees, r.batches)
+	}
+	if fmt.Sprint(r.rejected) != "[3]" {
+		t.Errorf("rejected %v, want [3]", r.rejected)
+	}
+	// The failed write's key is free at once (released, not left to its
+	// lease), the written ones are done.
+	outs = r.batch(msgs("2:b:x", "1:a:x", "5:d:x"))
+	want = []outcome.Outcome{outcome.Emitted, outcome.DuplicateRedelivery, outcome.DuplicateRepublish}
+	for i := range want {
+		if outs[i] != want[i] {
+			t.Fatalf("after: outcomes %v, want %v", outs, want)
+		}
+	}
+}
+
+// TestPassBatchInFlightElsewhere: a copy whose key another replica is
+// writing is nacked, after a pause, never dropped.
+func TestPassBatchInFlightElsewhere(t *testing.T) {
+	s := mem.New()
+	a, b := newRig(t, s, dedup.Fallback), newRig(t, s, dedup.Fallback)
+	writing, finish := make(chan struct{}), make(chan struct{})
+	a.g.cfg.Work.DoBatch = func(context.Context, []*Item, []error) {
+		close(writing)
+		<-finish
+	}
+	done := make(chan []outcome.Outcome)
+	go func() { done <- a.batch(msgs("1:k:x")) }()
+	<-writing
+	outs := b.batch(msgs("2:k:x", "3:other:x"))
+	if outs[0] != outcome.InFlightConflict || outs[1] != outcome.Emitted {
+		t.Fatalf("outcomes %v, want in flight (nacked), emitted", outs)
+	}
+	if d := NackDelay(outs[0]); d <= 0 {
+		t.Errorf("NackDelay of an in-flight copy %v, want a pause", d)
+	}
+	if NackDelay(outcome.Retried) != 0 {
+		t.Error("NackDelay of a retried message, want none")
+	}
+	close(finish)
+	if outs := <-done; outs[0] != outcome.Emitted {
+		t.Fatalf("the writer's outcome %v", outs)
+	}
+}
+
+// TestPassBatchFatalStops: a fatal error in the work stops the gate; that
+// batch's messages and every later one are nacked.
+func TestPassBatchFatalStops(t *testing.T) {
+	r := newRig(t, mem.New(), dedup.Fallback)
+	outs := r.batch(msgs("1:a:x", "2:b:fatal"))
+	if outs[1] != outcome.Retried || r.g.Err() == nil {
+		t.Fatalf("outcomes %v, gate error %v: want the fatal message retried and the gate stopped", outs, r.g.Err())
+	}
+	select {
+	case <-r.g.Done():
+	default:
+		t.Fatal("Done not closed")
+	}
+	if outs := r.batch(msgs("3:c:x")); outs[0] != outcome.Retried {
+		t.Fatalf("after the stop: %v, want retried", outs)
+	}
+}
+
+// unavailable is a store that is down.
+type unavailable struct{ dedup.Store }
+
+func (unavailable) Claim(context.Context, dedup.Claim) (dedup.Verdict, error) {
+	return dedup.Verdict{}, fmt.Errorf("%w: connection refused", dedup.ErrUnavailable)
+}
+
+// TestPassBatchStoreDown: with the store down every keyed message of a
+// batch is nacked and the gate reports not ready; none is written.
+func TestPassBatchStoreDown(t *testing.T) {
+	r := newRig(t, unavailable{mem.New()}, dedup.Fallback)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ms := msgs("1:a:x", "2:b:x")
+	outs := make([]outcome.Outcome, len(ms))
+	r.g.PassBatch(ctx, ms, outs)
+	for i, o := range outs {
+		if o != outcome.Retried {
+			t.Fatalf("message %d: %s, want retried", i, o)
+		}
+	}
+	if r.g.Ready() || len(r.written) != 0 {
+		t.Fatalf("ready %v, written %v: want not ready, nothing written", r.g.Ready(), r.written)
+	}
+}
