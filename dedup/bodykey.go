@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -34,9 +35,57 @@ func ParseKeyFrom(s string) (KeyFrom, string, error) {
 		if strings.TrimSpace(path) == "" {
 			return 0, "", fmt.Errorf("--key-from %q: the JSON path is empty (want e.g. json:order.id)", s)
 		}
+		if err := checkPath(path); err != nil {
+			return 0, "", fmt.Errorf("JSON path %q: %w (want a gjson path, e.g. json:order.id)", path, err)
+		}
 		return KeyFromJSON, path, nil
 	}
 	return 0, "", fmt.Errorf("unknown key source %q: want attribute, json:PATH or hash", s)
+}
+
+// checkPath refuses what gjson would take without complaint and match in
+// no payload: an empty name between dots or pipes, and an unclosed or
+// unopened bracket, so every message would count as missing its key.
+func checkPath(path string) error {
+	var open []byte // closers awaited, innermost last
+	inString, seg := false, 0
+	for i := 0; i < len(path); i++ {
+		c := path[i]
+		switch {
+		case c == '\\':
+			i++
+			seg++
+		case inString:
+			inString = c != '"'
+		case c == '"' && len(open) > 0:
+			inString = true
+		case c == '[' || c == '{' || c == '(':
+			open = append(open, map[byte]byte{'[': ']', '{': '}', '(': ')'}[c])
+			seg++
+		case c == ']' || c == '}' || c == ')':
+			if len(open) == 0 || open[len(open)-1] != c {
+				return fmt.Errorf("unexpected %q at offset %d", c, i)
+			}
+			open = open[:len(open)-1]
+			seg++
+		case (c == '.' || c == '|') && len(open) == 0:
+			if seg == 0 {
+				return fmt.Errorf("empty name before %q at offset %d", c, i)
+			}
+			seg = 0
+		default:
+			seg++
+		}
+	}
+	switch {
+	case inString:
+		return errors.New("unclosed string")
+	case len(open) > 0:
+		return fmt.Errorf("missing %q at the end", open[len(open)-1])
+	case seg == 0:
+		return errors.New("empty name at the end")
+	}
+	return nil
 }
 
 func (f KeyFrom) String() string {

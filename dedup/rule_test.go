@@ -191,6 +191,15 @@ func TestParseKeyFrom(t *testing.T) {
 		{"json:", 0, "", "path is empty"},
 		{"json: ", 0, "", "path is empty"},
 		{"sha1", 0, "", "attribute, json:PATH or hash"},
+		{"json:order..id[", 0, "", `empty name before '.' at offset 6`},
+		{"json:order.id[", 0, "", `missing ']' at the end`},
+		{"json:order.", 0, "", "empty name at the end"},
+		{"json:.id", 0, "", "empty name before '.'"},
+		{"json:a)", 0, "", "unexpected ')'"},
+		{`json:items.#(name=="x)").id`, KeyFromJSON, `items.#(name=="x)").id`, ""},
+		{`json:fav\.movie`, KeyFromJSON, `fav\.movie`, ""},
+		{"json:children|@reverse|0", KeyFromJSON, "children|@reverse|0", ""},
+		{"json:friends.#.first", KeyFromJSON, "friends.#.first", ""},
 	}
 	for _, c := range cases {
 		from, path, err := ParseKeyFrom(c.in)

@@ -35,6 +35,7 @@ func TestEventAndAuditFlags(t *testing.T) {
 		}},
 		{args: []string{"--key-from", "json:"}, err: "path is empty"},
 		{args: []string{"--key-from", "xml:a"}, err: "attribute, json:PATH or hash"},
+		{args: []string{"--key-from", "json:order..id["}, err: `--key-from: JSON path "order..id[": empty name before '.'`},
 		{args: []string{"--key-from", "hash", "--id-attribute", "k"}, err: "--output-id-attribute"},
 		{args: []string{"--time-domain", "ingest"}, err: "processing or event"},
 		{args: []string{"--late", "dead-letter", "--time-domain", "event"}, err: "--dead-letter-topic"},
