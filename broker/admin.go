@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -148,6 +149,9 @@ func projectOf(name string) (string, error) {
 	p, ok := strings.CutPrefix(name, "projects/")
 	if !ok || p == "" || strings.Contains(p, "/") {
 		return "", status.Errorf(codes.InvalidArgument, "invalid project %q: want projects/{project}", name)
+	}
+	if err := limits.Project(p); err != nil {
+		return "", status.Errorf(codes.InvalidArgument, "invalid project %q: %v", name, err)
 	}
 	return p, nil
 }

@@ -373,3 +373,28 @@ func TestDetachedRefusesPull(t *testing.T) {
 	err = c.Subscriber(sub.Name).Receive(rctx, func(context.Context, *pubsub.Message) {})
 	wantStatus(t, "receive", err, codes.FailedPrecondition, "detached")
 }
+
+// TestLabelAndProjectRules: labels and project IDs follow the service's
+// rules (package limits holds them); Google's emulator accepts anything.
+func TestLabelAndProjectRules(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	ctx := context.Background()
+	_, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: "projects/P!/topics/orders"})
+	wantStatus(t, "project P!", err, codes.InvalidArgument, "invalid project ID")
+	_, err = c.TopicAdminClient.ListTopics(ctx, &pb.ListTopicsRequest{Project: "projects/P!"}).Next()
+	wantStatus(t, "list in project P!", err, codes.InvalidArgument, "invalid project ID")
+	_, err = c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topicName(unique("t")), Labels: map[string]string{"Team": "shop"}})
+	wantStatus(t, "upper-case label key", err, codes.InvalidArgument, "invalid label")
+	topic := createTopic(t, c)
+	_, err = c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: subName(unique("s")), Topic: topic,
+		Labels: map[string]string{"team": strings.Repeat("x", 64)}})
+	wantStatus(t, "label value of 64 characters", err, codes.InvalidArgument, "invalid label")
+	sub := createSub(t, c, &pb.Subscription{Topic: topic, Labels: map[string]string{"team": "shop", "équipe": "café"}})
+	_, err = c.SubscriptionAdminClient.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: sub.Name, Labels: map[string]string{"1st": "x"}}, UpdateMask: mask("labels")})
+	wantStatus(t, "label key starting with a digit", err, codes.InvalidArgument, "invalid label")
+	_, err = c.SubscriptionAdminClient.CreateSnapshot(ctx, &pb.CreateSnapshotRequest{Name: "projects/" + project + "/snapshots/" + unique("n"),
+		Subscription: sub.Name, Labels: map[string]string{"a.b": "x"}})
+	wantStatus(t, "snapshot label with a dot", err, codes.InvalidArgument, "invalid label")
+}

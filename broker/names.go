@@ -25,6 +25,9 @@ func parseName(name, kind string) (project, id string, err error) {
 	if len(parts) != 4 || parts[0] != "projects" || parts[1] == "" || parts[2] != kind {
 		return "", "", status.Errorf(codes.InvalidArgument, "invalid %s name %q: want projects/{project}/%s/{id}", strings.TrimSuffix(kind, "s"), name, kind)
 	}
+	if err := limits.Project(parts[1]); err != nil {
+		return "", "", status.Errorf(codes.InvalidArgument, "invalid %s name %q: %v", strings.TrimSuffix(kind, "s"), name, err)
+	}
 	if err := limits.ID(parts[3]); err != nil {
 		return "", "", status.Errorf(codes.InvalidArgument, "invalid %s name %q: %v", strings.TrimSuffix(kind, "s"), name, err)
 	}
@@ -42,10 +45,20 @@ func checkMessage(i int, m *pb.PubsubMessage) (int, error) {
 	return n, nil
 }
 
+func checkLabels(labels map[string]string) error {
+	if err := limits.Labels(labels); err != nil {
+		return status.Errorf(codes.InvalidArgument, "labels: %v", err)
+	}
+	return nil
+}
+
 // checkTopicConfig validates the settings of a topic to create or update.
 func checkTopicConfig(tp *pb.Topic) error {
 	if d := tp.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {
 		return status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d.AsDuration(), minRetention, maxRetention)
+	}
+	if err := checkLabels(tp.Labels); err != nil {
+		return err
 	}
 	if p := tp.MessageStoragePolicy; p != nil && len(p.AllowedPersistenceRegions) == 0 {
 		return status.Error(codes.InvalidArgument, "message_storage_policy.allowed_persistence_regions is empty: a policy must allow at least one region (leave the policy out for no constraint)")
@@ -67,6 +80,9 @@ func checkSubscriptionConfig(s *pb.Subscription) error {
 	}
 	if d := s.MessageRetentionDuration.AsDuration(); d < minRetention || d > maxRetention {
 		return status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d, minRetention, maxRetention)
+	}
+	if err := checkLabels(s.Labels); err != nil {
+		return err
 	}
 	if s.ExpirationPolicy == nil {
 		s.ExpirationPolicy = &pb.ExpirationPolicy{Ttl: durationpbOf(defaultExpiration)}

@@ -216,6 +216,9 @@ func (srv *subscriberServer) createSnapshotLocked(s *subscription, name string, 
 	if _, _, err := parseName(name, "snapshots"); err != nil {
 		return nil, err
 	}
+	if err := checkLabels(labels); err != nil {
+		return nil, err
+	}
 	b := srv.b
 	now := b.nowNanos()
 	b.pruneSnapshotsLocked(now)
@@ -280,6 +283,9 @@ func (srv *subscriberServer) UpdateSnapshot(ctx context.Context, req *pb.UpdateS
 		}
 		sp := proto.Clone(sn.proto).(*pb.Snapshot)
 		if err := applyMask(sp, req.Snapshot, req.UpdateMask, "name", "topic"); err != nil {
+			return err
+		}
+		if err := checkLabels(sp.Labels); err != nil {
 			return err
 		}
 		now, was := time.Unix(0, b.nowNanos()), sn.proto.ExpireTime.AsTime()

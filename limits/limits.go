@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -36,6 +37,12 @@ const (
 	// Reserved starts attribute keys and resource IDs that only the
 	// service may use.
 	Reserved = "goog"
+	// LabelsPerResource bounds the labels of a topic, subscription or
+	// snapshot, and LabelChars the characters of each key and value.
+	LabelsPerResource = 64
+	LabelChars        = 63
+	// ProjectChars bounds a project ID.
+	ProjectChars = 30
 )
 
 // Sentinels that callers branch on; every error below wraps one of them.
@@ -47,6 +54,8 @@ var (
 	ErrOrderingKey       = errors.New("invalid ordering key")
 	ErrTooLarge          = errors.New("message too large")
 	ErrID                = errors.New("invalid resource ID")
+	ErrLabel             = errors.New("invalid label")
+	ErrProject           = errors.New("invalid project ID")
 	// ErrNotUTF8 is wrapped, beside the sentinel of the part, by every
 	// error about text that is not valid UTF-8.
 	ErrNotUTF8 = errors.New("not valid UTF-8")
@@ -136,4 +145,74 @@ func letter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
 func hasReserved(s string) bool {
 	return len(s) >= len(Reserved) && strings.EqualFold(s[:len(Reserved)], Reserved)
+}
+
+// Labels checks the labels of a resource, by Google Cloud's rules: at most
+// LabelsPerResource of them; keys of 1 to LabelChars characters that start with a
+// lowercase letter, values of at most LabelChars; both made of lowercase
+// letters (international ones included), digits, _ and -.
+func Labels(labels map[string]string) error {
+	if len(labels) > LabelsPerResource {
+		return fmt.Errorf("%w: %d labels, the limit is %d", ErrLabel, len(labels), LabelsPerResource)
+	}
+	for k, v := range labels {
+		switch r, _ := utf8.DecodeRuneInString(k); {
+		case k == "":
+			return fmt.Errorf("%w: an empty key", ErrLabel)
+		case !unicode.IsLetter(r) || !lowerOrUncased(r):
+			return fmt.Errorf("%w: key %q must start with a lowercase letter", ErrLabel, k)
+		}
+		for _, part := range []struct{ what, s string }{{"key", k}, {"value", v}} {
+			if err := labelText(part.s); err != nil {
+				return fmt.Errorf("%w: %s %q %w", ErrLabel, part.what, part.s, err)
+			}
+		}
+	}
+	return nil
+}
+
+func labelText(s string) error {
+	if !utf8.ValidString(s) {
+		return ErrNotUTF8
+	}
+	if n := utf8.RuneCountInString(s); n > LabelChars {
+		return fmt.Errorf("is %d characters long, the limit is %d", n, LabelChars)
+	}
+	for _, r := range s {
+		if !(unicode.IsLetter(r) && lowerOrUncased(r) || unicode.IsDigit(r) || r == '_' || r == '-') {
+			return fmt.Errorf("may hold only lowercase letters, digits, _ and -, not %q", r)
+		}
+	}
+	return nil
+}
+
+// lowerOrUncased is true of lowercase letters and of letters without case
+// (as most international ones are).
+func lowerOrUncased(r rune) bool { return !unicode.IsUpper(r) && !unicode.IsTitle(r) }
+
+// Project checks a project ID by Google Cloud's rules: lowercase letters,
+// digits and hyphens, starting with a letter, not ending with a hyphen, at
+// most ProjectChars; an older domain-scoped ID ("example.com:my-project")
+// may carry its domain before a colon. The service's minimum of 6
+// characters is not applied: emulators, and the tests of the clients, use
+// shorter IDs like "p" or "test".
+func Project(id string) error {
+	if i := strings.LastIndexByte(id, ':'); i >= 0 {
+		domain := id[:i]
+		if domain == "" || strings.Trim(domain, "abcdefghijklmnopqrstuvwxyz0123456789-.") != "" {
+			return fmt.Errorf("%w: %q: the domain of a domain-scoped ID is a lowercase host name", ErrProject, id)
+		}
+		id = id[i+1:]
+	}
+	switch {
+	case id == "" || len(id) > ProjectChars:
+		return fmt.Errorf("%w: %q must be 1 to %d characters long", ErrProject, id, ProjectChars)
+	case id[0] < 'a' || id[0] > 'z':
+		return fmt.Errorf("%w: %q must start with a lowercase letter", ErrProject, id)
+	case strings.HasSuffix(id, "-"):
+		return fmt.Errorf("%w: %q must not end with a hyphen", ErrProject, id)
+	case strings.Trim(id, "abcdefghijklmnopqrstuvwxyz0123456789-") != "":
+		return fmt.Errorf("%w: %q may hold only lowercase letters, digits and hyphens", ErrProject, id)
+	}
+	return nil
 }

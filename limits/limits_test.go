@@ -59,3 +59,47 @@ func TestID(t *testing.T) {
 		}
 	}
 }
+
+func TestLabels(t *testing.T) {
+	many := map[string]string{}
+	for i := range LabelsPerResource + 1 {
+		many[strings.Repeat("k", i+1)] = ""
+	}
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   error
+	}{
+		{"none", nil, nil},
+		{"usual", map[string]string{"team": "shop", "env_1": "prod-eu", "empty": ""}, nil},
+		{"international", map[string]string{"équipe": "café", "チーム": "店"}, nil},
+		{"63 characters", map[string]string{strings.Repeat("k", 63): strings.Repeat("é", 63)}, nil},
+		{"upper-case key", map[string]string{"Team": "shop"}, ErrLabel},
+		{"upper-case value", map[string]string{"team": "Shop"}, ErrLabel},
+		{"key starts with a digit", map[string]string{"1team": "x"}, ErrLabel},
+		{"key starts with _", map[string]string{"_team": "x"}, ErrLabel},
+		{"empty key", map[string]string{"": "x"}, ErrLabel},
+		{"dot", map[string]string{"a.b": "x"}, ErrLabel},
+		{"64-character key", map[string]string{strings.Repeat("k", 64): ""}, ErrLabel},
+		{"64-character value", map[string]string{"k": strings.Repeat("v", 64)}, ErrLabel},
+		{"value not UTF-8", map[string]string{"k": "\xff"}, ErrNotUTF8},
+		{"65 labels", many, ErrLabel},
+	} {
+		if err := Labels(c.labels); !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+			t.Errorf("%s: Labels = %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+func TestProject(t *testing.T) {
+	for _, id := range []string{"p", "test", "dedupflow-test", "my-project-123", "example.com:my-project", strings.Repeat("a", 30)} {
+		if err := Project(id); err != nil {
+			t.Errorf("Project(%q) = %v, want nil", id, err)
+		}
+	}
+	for _, id := range []string{"", "P!", "P", "My-project", "1project", "project-", "my_project", "a b", strings.Repeat("a", 31), ":p", "Example.com:p"} {
+		if err := Project(id); !errors.Is(err, ErrProject) {
+			t.Errorf("Project(%q) = %v, want ErrProject", id, err)
+		}
+	}
+}
