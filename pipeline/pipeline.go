@@ -138,7 +138,7 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 	gc := gate.Config{
 		Rule: cfg.Rule, TimestampAttribute: cfg.TimestampAttribute, ProducerAttribute: cfg.ProducerAttribute,
 		Late: cfg.Late, Shadow: cfg.Shadow, Audit: p.audit, Deduper: d.Deduper,
-		Work:          gate.Work{Name: "sink", Do: p.write, Dependency: true},
+		Work:          gate.Work{Name: "sink", Do: p.write, DoBatch: p.writeBatch, Dependency: true},
 		RejectName:    "dead-letter topic",
 		Hint:          "set --dead-letter-topic to move such messages aside",
 		SettleTimeout: cfg.WriteTimeout, HorizonKeys: d.HorizonKeys,
@@ -274,6 +274,20 @@ func (p *Pipeline) Handle(ctx context.Context, in *pubsub.Message) bool {
 	return p.gate.Pass(ctx, in).Acked()
 }
 
+// HandleBatch processes a batch of messages, as a StreamingPull response
+// brings them, and sets outs[i] to the outcome of ins[i]: ack it when
+// outs[i].Acked(), else nack it, after NackDelay(outs[i]). Each
+// message is decided as Handle decides it; the batch shares the store's
+// calls and one sink write (see gate.PassBatch).
+func (p *Pipeline) HandleBatch(ctx context.Context, ins []*pubsub.Message, outs []Outcome) {
+	p.gate.PassBatch(ctx, ins, outs)
+}
+
+// NackDelay is how long a receiver waits before it nacks a message whose
+// outcome is o (a copy in flight elsewhere would otherwise come straight
+// back); 0 for the others.
+func NackDelay(o Outcome) time.Duration { return gate.NackDelay(o) }
+
 func keptIn(t audit.Target) string {
 	if t == nil {
 		return "memory only"
@@ -289,6 +303,15 @@ func (p *Pipeline) write(_ context.Context, it *gate.Item) error {
 	// The write outlives a shutdown signal: finishing it (and acking) is
 	// better than leaving a key pending until its lease runs out.
 	return p.sink.Write(p.gate.Deadline(), p.output(it))
+}
+
+// writeBatch is write for many items: one sink call.
+func (p *Pipeline) writeBatch(_ context.Context, its []*gate.Item, errs []error) {
+	ms := make([]*sink.Message, len(its))
+	for i, it := range its {
+		ms[i] = p.output(it)
+	}
+	sink.WriteBatch(p.gate.Deadline(), p.sink, ms, errs)
 }
 
 func (p *Pipeline) output(it *gate.Item) *sink.Message {

@@ -1,0 +1,54 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+
+	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/pubsubio"
+)
+
+// TestHandleBatch: a batch with copies within it and of an earlier batch
+// writes each key once to the output topic, carrying its key, and gives
+// every message the outcome Handle would.
+func TestHandleBatch(t *testing.T) {
+	addr, stop, err := broker.NewTestServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{Rule: dedup.Rule{IDAttribute: "key"}}})
+	batch := func(specs ...[2]string) []pipeline.Outcome {
+		ms := make([]*pubsub.Message, len(specs))
+		for i, s := range specs {
+			ms[i] = &pubsub.Message{ID: s[0], Data: []byte(s[0]), PublishTime: time.Now(), Attributes: map[string]string{"key": s[1]}}
+		}
+		outs := make([]pipeline.Outcome, len(ms))
+		r.p.HandleBatch(context.Background(), ms, outs)
+		return outs
+	}
+	outs := batch([2]string{"1", "a"}, [2]string{"2", "b"}, [2]string{"3", "a"}, [2]string{"4", "c"})
+	if want := fmt.Sprint([]pipeline.Outcome{pipeline.Emitted, pipeline.Emitted, pipeline.DuplicateRepublish, pipeline.Emitted}); fmt.Sprint(outs) != want {
+		t.Fatalf("first batch: %v, want %v", outs, want)
+	}
+	outs = batch([2]string{"1", "a"}, [2]string{"5", "b"}, [2]string{"6", "d"})
+	if want := fmt.Sprint([]pipeline.Outcome{pipeline.DuplicateRedelivery, pipeline.DuplicateRepublish, pipeline.Emitted}); fmt.Sprint(outs) != want {
+		t.Fatalf("second batch: %v, want %v", outs, want)
+	}
+	out := r.drain(r.outSub, 4, 300*time.Millisecond)
+	if d := fmt.Sprint(datas(out)); d != "[1 2 4 6]" {
+		t.Fatalf("output %s, want 1, 2, 4 and 6 once each", d)
+	}
+	keys := map[string]string{"1": "a", "2": "b", "4": "c", "6": "d"}
+	for _, g := range out {
+		if g.attrs["key"] != keys[g.data] {
+			t.Errorf("output %s carries key %q, want %q", g.data, g.attrs["key"], keys[g.data])
+		}
+	}
+}
