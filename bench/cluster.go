@@ -12,6 +12,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 // cluster is a Redis Cluster of masters only, started by the bench on
@@ -146,7 +148,7 @@ func (n *clusterNode) stats(ctx context.Context) (nodeStats, error) {
 		return nodeStats{}, fmt.Errorf("redis node %s: info: %w", n.addr, err)
 	}
 	s := parseInfo(info)
-	if s.cpu, err = procCPU(n.pid); err != nil {
+	if s.cpu, err = testenv.ProcessCPU(n.pid); err != nil {
 		return s, err
 	}
 	return s, nil

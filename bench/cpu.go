@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 // build compiles a package, named by its import path, into the scratch
@@ -44,38 +44,6 @@ func (e *env) buildPipeline(ctx context.Context) (string, error) {
 	return bin, nil
 }
 
-// procCPU is a running process's user+system CPU time so far, from
-// /proc/PID/stat (Linux): the bench reads its redis-servers' CPU this way,
-// since they are not its children's children that Wait would account.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("read process CPU: %w", err)
-	}
-	// The command name (field 2) may hold spaces: count fields after ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, fmt.Errorf("read process CPU: /proc/%d/stat has no command name", pid)
-	}
-	f := strings.Fields(string(b)[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("read process CPU: /proc/%d/stat has %d fields", pid, len(f))
-	}
-	var ticks int64
-	for _, s := range f[11:13] { // utime, stime: fields 14 and 15 of stat(5)
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("read process CPU: %w", err)
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * time.Second / clockTicks, nil
-}
-
-// clockTicks is USER_HZ, the unit of /proc's CPU times: 100 on every Linux
-// the bench runs on (it is fixed in the kernel's ABI for x86 and arm64).
-const clockTicks = 100
-
 // redisCPU starts counting the bench's redis-server CPU: the returned
 // function gives the CPU spent since. nil without a Redis.
 func (e *env) redisCPU() func() (time.Duration, error) {
@@ -83,12 +51,12 @@ func (e *env) redisCPU() func() (time.Duration, error) {
 		return nil
 	}
 	pid := e.redisPid
-	before, err := procCPU(pid)
+	before, err := testenv.ProcessCPU(pid)
 	if err != nil {
 		return func() (time.Duration, error) { return 0, err }
 	}
 	return func() (time.Duration, error) {
-		after, err := procCPU(pid)
+		after, err := testenv.ProcessCPU(pid)
 		return after - before, err
 	}
 }

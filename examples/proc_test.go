@@ -18,7 +18,7 @@ import (
 )
 
 // buildDedupflow builds the dedupflow binary the examples run beside.
-func buildDedupflow(t *testing.T) string {
+func buildDedupflow(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "dedupflow")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/dedupflow/dedupflow/cmd/dedupflow").CombinedOutput()
@@ -39,7 +39,7 @@ type proc struct {
 
 // start runs name with args and kills it at cleanup if the test has not
 // stopped it.
-func start(t *testing.T, env []string, name string, args ...string) *proc {
+func start(t testing.TB, env []string, name string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: filepath.Base(name), cmd: exec.Command(name, args...), exited: make(chan struct{})}
 	if len(args) > 0 {
@@ -65,7 +65,7 @@ func start(t *testing.T, env []string, name string, args ...string) *proc {
 
 // waitFor polls the output until re matches within d, and returns re's
 // first group.
-func (p *proc) waitFor(t *testing.T, re *regexp.Regexp, d time.Duration) string {
+func (p *proc) waitFor(t testing.TB, re *regexp.Regexp, d time.Duration) string {
 	t.Helper()
 	deadline := time.After(d)
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -89,7 +89,7 @@ func (p *proc) waitFor(t *testing.T, re *regexp.Regexp, d time.Duration) string 
 
 // stop sends sig and waits up to 30 s for the process to end, returning
 // its exit code.
-func (p *proc) stop(t *testing.T, sig syscall.Signal) int {
+func (p *proc) stop(t testing.TB, sig syscall.Signal) int {
 	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
