@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
@@ -22,8 +25,20 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 // parse reads args, then fills flags left unset from the environment
 // (DEDUPFLOW_ plus the flag name in capitals, dashes as underscores): flags
 // win over the environment. Positional arguments are an error.
+//
+// A bad value is one line, the error: the usage is printed for -h and for
+// a flag that does not exist, not for a typo in a value.
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	out := fs.Output()
+	var held bytes.Buffer
+	fs.SetOutput(&held)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if err != nil && strings.HasPrefix(err.Error(), "invalid value ") {
+		return err
+	}
+	_, _ = held.WriteTo(out)
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -31,7 +46,6 @@ func parse(fs *flag.FlagSet, args []string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if set[f.Name] || err != nil {
 			return
@@ -52,6 +66,31 @@ func given(fs *flag.FlagSet) map[string]bool {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	return set
+}
+
+// durationVar defines a duration flag that also takes days ("7d"), as
+// every command's durations do; a bad value names the units.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(durationFlag{p}, name, usage)
+}
+
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return "0s"
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(s string) error {
+	d, err := audit.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*f.d = d
+	return nil
 }
 
 type logFlags struct{ format, level string }

@@ -45,7 +45,7 @@ func TestEventAndAuditFlags(t *testing.T) {
 		{args: []string{"--audit-horizon", "5m"}, err: "longer than --horizon"},
 		{args: []string{"--audit-horizon", "7d", "--audit-fp", "0.9"}, err: "between 0 and 0.5"},
 		{args: []string{"--audit-horizon", "7d", "--audit-capacity", "100000000000"}, err: "more than the"},
-		{args: []string{"--audit-horizon", "week"}, err: "days such as 7d"},
+		{args: []string{"--audit-horizon", "week"}, err: "ms, s, m, h or d"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -69,5 +69,32 @@ func TestEventAndAuditFlags(t *testing.T) {
 			}
 			c.ok(t, cfg)
 		})
+	}
+}
+
+// TestDurationFlags: every duration flag takes days, as --audit-horizon
+// does, and a bad duration is one line naming the units, not the usage.
+func TestDurationFlags(t *testing.T) {
+	base := []string{"pipeline", "--input-subscription", "projects/p/subscriptions/sub", "--output-topic", "projects/p/topics/out", "--state", "file:/nonexistent/x"}
+	for _, args := range [][]string{
+		{"--horizon", "2d", "--audit-horizon", "7d"},
+		{"--time-domain", "event", "--allowed-lateness", "0.5d"},
+	} {
+		var j jobFlags
+		fs := newFlags("pipeline", io.Discard)
+		j.register(fs)
+		if err := parse(fs, append(append([]string{}, base[1:]...), args...)); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+	for _, cmd := range []string{"pipeline", "up"} {
+		var stdout, stderr strings.Builder
+		err := run(t.Context(), []string{cmd, "--horizon", "7x"}, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "ms, s, m, h or d") {
+			t.Errorf("%s --horizon 7x: %v, want an error naming the units", cmd, err)
+		}
+		if stderr.Len() > 0 {
+			t.Errorf("%s --horizon 7x printed more than the error:\n%s", cmd, stderr.String())
+		}
 	}
 }

@@ -79,7 +79,7 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.tsAttr, "timestamp-attribute", "", "attribute holding the event time (ms since epoch or RFC 3339)")
 	fs.StringVar(&k.producerAttr, "producer-attribute", "", "attribute naming the producer, to label missing-key counts")
 	fs.StringVar(&k.outIDAttr, "output-id-attribute", "", "attribute carrying the key on outputs (default: --id-attribute, or dedupflow_id)")
-	fs.DurationVar(&t.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
+	durationVar(fs, &t.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
 	fs.StringVar(&t.mode, "horizon-mode", "fixed", "fixed (a key lives --horizon from first sight) or sliding (each caught copy keeps its key another --horizon)")
 	fs.StringVar(&k.missing, "missing-id", "fallback", "a message without the id attribute: fallback (to the message ID), reject (dead-letter) or pass")
 	fs.StringVar(&j.state, "state", "mem", "where the horizon lives: mem, file:PATH (survives restarts) or redis://host:port/db (shared by replicas)")
@@ -97,12 +97,9 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&k.keyFrom, "key-from", "attribute", "where the key is: attribute (--id-attribute, else the message ID), json:PATH (a field of a JSON payload) or hash (SHA-256 of the payload)")
 	fs.StringVar(&t.domain, "time-domain", "processing", "clock of the horizon: processing, or event (expires when the watermark passes event time + horizon)")
-	fs.DurationVar(&t.lateness, "allowed-lateness", time.Minute, "event time: how far the watermark trails the highest event time seen")
+	durationVar(fs, &t.lateness, "allowed-lateness", time.Minute, "event time: how far the watermark trails the highest event time seen")
 	fs.StringVar(&t.late, "late", "pass", "event time: a message too late to judge: pass (emit, counted) or dead-letter")
-	fs.Func("audit-horizon", "remember keys this long (e.g. 7d), approximately, to mark copies after --horizon as probable late duplicates (default off)", func(v string) (err error) {
-		a.horizon, err = audit.ParseDuration(v)
-		return err
-	})
+	durationVar(fs, &a.horizon, "audit-horizon", 0, "remember keys this long (e.g. 7d), approximately, to mark copies after --horizon as probable late duplicates (default off)")
 	fs.Float64Var(&a.fp, "audit-fp", audit.DefaultFalsePositive, "false-positive rate of the audit filter at --audit-capacity")
 	fs.UintVar(&a.capacity, "audit-capacity", audit.DefaultCapacity, "distinct keys per --audit-horizon the audit filter is sized for (memory is fixed at start)")
 }
