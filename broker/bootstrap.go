@@ -150,8 +150,8 @@ func (b *Broker) Ensure(ctx context.Context, r *Resources) error {
 			var have *pb.Topic
 			if have, err = b.pub.GetTopic(ctx, &pb.GetTopicRequest{Topic: t.Name}); err == nil {
 				want := proto.Clone(t).(*pb.Topic)
-				clearOutputOnly(have.ProtoReflect())
-				clearOutputOnly(want.ProtoReflect())
+				clearNotStored(have.ProtoReflect())
+				clearNotStored(want.ProtoReflect())
 				err = differ("topic "+t.Name, have, want)
 			}
 		}
@@ -166,8 +166,8 @@ func (b *Broker) Ensure(ctx context.Context, r *Resources) error {
 			if have, err = b.sub.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: s.Name}); err == nil {
 				want := proto.Clone(s).(*pb.Subscription)
 				if err = checkSubscriptionConfig(want); err == nil { // the defaults a create fills in
-					clearOutputOnly(have.ProtoReflect())
-					clearOutputOnly(want.ProtoReflect())
+					clearNotStored(have.ProtoReflect())
+					clearNotStored(want.ProtoReflect())
 					err = differ("subscription "+s.Name, have, want)
 				}
 			}

@@ -398,3 +398,40 @@ func TestLabelAndProjectRules(t *testing.T) {
 		Subscription: sub.Name, Labels: map[string]string{"a.b": "x"}})
 	wantStatus(t, "snapshot label with a dot", err, codes.InvalidArgument, "invalid label")
 }
+
+// TestCreateDefaults: what a create without settings returns, side by side
+// with Google's emulator, and the fields only ours fills in as the service
+// does (state, expiration) or drops (input-only tags).
+func TestCreateDefaults(t *testing.T) {
+	forEachTarget(t, []string{"emulator"}, func(t *testing.T, tg target) {
+		c := newClient(t, tg.addr)
+		ctx := context.Background()
+		topic := createTopic(t, c)
+		sub, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: subName(unique("s")), Topic: topic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: sub.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []*pb.Subscription{sub, got} {
+			if s.AckDeadlineSeconds != 10 || s.MessageRetentionDuration.AsDuration() != 7*24*time.Hour || s.PushConfig == nil || s.PushConfig.PushEndpoint != "" {
+				t.Errorf("defaults: %v", s)
+			}
+		}
+		if tg.ours == nil {
+			return
+		}
+		if got.State != pb.Subscription_ACTIVE || got.ExpirationPolicy.GetTtl().AsDuration() != 744*time.Hour {
+			t.Errorf("state and expiration: %v", got)
+		}
+		tp, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topicName(unique("t")), Tags: map[string]string{"123/env": "prod"}})
+		if err != nil || tp.State != pb.Topic_ACTIVE || tp.Tags != nil {
+			t.Errorf("topic with input-only tags: %v %v", tp, err)
+		}
+		_, err = c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: subName(unique("s")), Topic: topic,
+			BigtableConfig: &pb.BigtableConfig{Table: "projects/p/instances/i/tables/t"}})
+		wantStatus(t, "bigtable subscription", err, codes.Unimplemented, "Bigtable")
+	})
+}

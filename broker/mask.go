@@ -95,16 +95,16 @@ func hasBehavior(fd protoreflect.FieldDescriptor, want ...annotations.FieldBehav
 	return slices.ContainsFunc(got, func(b annotations.FieldBehavior) bool { return slices.Contains(want, b) })
 }
 
-// clearOutputOnly drops what a create request sets in fields the API marks
-// output-only, here and in nested messages: the service ignores them and
-// fills them in itself.
-func clearOutputOnly(m protoreflect.Message) {
+// clearNotStored drops what a create request sets in fields the API marks
+// output-only (the service ignores them and fills them in itself) or
+// input-only (it never returns them), here and in nested messages.
+func clearNotStored(m protoreflect.Message) {
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		switch {
-		case hasBehavior(fd, annotations.FieldBehavior_OUTPUT_ONLY):
+		case hasBehavior(fd, annotations.FieldBehavior_OUTPUT_ONLY, annotations.FieldBehavior_INPUT_ONLY):
 			m.Clear(fd)
 		case fd.Kind() == protoreflect.MessageKind && !fd.IsList() && !fd.IsMap():
-			clearOutputOnly(v.Message())
+			clearNotStored(v.Message())
 		}
 		return true
 	})

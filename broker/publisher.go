@@ -58,7 +58,7 @@ func (p *publisherServer) CreateTopic(ctx context.Context, req *pb.Topic) (*pb.T
 			return err
 		}
 		tp := proto.Clone(req).(*pb.Topic)
-		clearOutputOnly(tp.ProtoReflect())
+		clearNotStored(tp.ProtoReflect())
 		tp.State = pb.Topic_ACTIVE
 		b.putTopicLocked(b.nextID, tp)
 		out = proto.Clone(tp).(*pb.Topic)

@@ -46,7 +46,7 @@ func (srv *subscriberServer) CreateSubscription(ctx context.Context, req *pb.Sub
 		return nil, err
 	}
 	sp := proto.Clone(req).(*pb.Subscription)
-	clearOutputOnly(sp.ProtoReflect())
+	clearNotStored(sp.ProtoReflect())
 	sp.Detached = false // only DetachSubscription detaches
 	if err := checkSubscriptionConfig(sp); err != nil {
 		return nil, err
