@@ -435,3 +435,18 @@ func TestCreateDefaults(t *testing.T) {
 		wantStatus(t, "bigtable subscription", err, codes.Unimplemented, "Bigtable")
 	})
 }
+
+// TestKMSKeyName: kms_key_name must name a Cloud KMS key; the broker keeps
+// it and encrypts nothing.
+func TestKMSKeyName(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	ctx := context.Background()
+	key := "projects/p/locations/europe-west1/keyRings/r/cryptoKeys/k"
+	tp, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topicName(unique("t")), KmsKeyName: key})
+	if err != nil || tp.KmsKeyName != key {
+		t.Fatalf("create with a key: %v %v", tp, err)
+	}
+	_, err = c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{Topic: &pb.Topic{Name: tp.Name, KmsKeyName: "my-key"}, UpdateMask: mask("kms_key_name")})
+	wantStatus(t, "update to a bare key name", err, codes.InvalidArgument, "kms_key_name")
+}

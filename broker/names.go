@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"slices"
 	"strings"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -52,6 +53,14 @@ func checkLabels(labels map[string]string) error {
 	return nil
 }
 
+// isKMSKey tells whether name has the form of a Cloud KMS key's name, which
+// the broker stores but does not use.
+func isKMSKey(name string) bool {
+	p := strings.Split(name, "/")
+	return len(p) == 8 && p[0] == "projects" && p[2] == "locations" && p[4] == "keyRings" && p[6] == "cryptoKeys" &&
+		!slices.Contains(p, "")
+}
+
 // checkTopicConfig validates the settings of a topic to create or update.
 func checkTopicConfig(tp *pb.Topic) error {
 	if d := tp.MessageRetentionDuration; d != nil && (d.AsDuration() < minRetention || d.AsDuration() > maxRetention) {
@@ -59,6 +68,9 @@ func checkTopicConfig(tp *pb.Topic) error {
 	}
 	if err := checkLabels(tp.Labels); err != nil {
 		return err
+	}
+	if k := tp.KmsKeyName; k != "" && !isKMSKey(k) {
+		return status.Errorf(codes.InvalidArgument, "kms_key_name %q: want projects/{project}/locations/{location}/keyRings/{ring}/cryptoKeys/{key}", k)
 	}
 	if p := tp.MessageStoragePolicy; p != nil && len(p.AllowedPersistenceRegions) == 0 {
 		return status.Error(codes.InvalidArgument, "message_storage_policy.allowed_persistence_regions is empty: a policy must allow at least one region (leave the policy out for no constraint)")
