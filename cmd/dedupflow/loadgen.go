@@ -17,7 +17,6 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"github.com/schollz/progressbar/v3"
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/term"
 
 	"github.com/dedupflow/dedupflow/internal/backoff"
@@ -156,6 +155,10 @@ type loadgen struct {
 
 	// What the server acknowledged.
 	events, messages, copies, republished, keyless, redeliver atomic.Int64
+	seen                                                      sync.Map // event seq -> true, once one of its messages is stored
+	// unknown counts messages whose outcome never came: the drain after a
+	// stop ran out first.
+	unknown atomic.Int64
 }
 
 type inFlight struct {
@@ -168,38 +171,72 @@ type inFlight struct {
 
 const loadgenWaiters = 16
 
+// loadgenDrain bounds the wait, after a stop, for the outcome of the
+// messages already handed to the client: it still sends them, so they
+// count in the summary only once the server has answered.
+const loadgenDrain = 10 * time.Second
+
 func (g *loadgen) run(ctx context.Context) error {
-	eg, ctx := errgroup.WithContext(ctx)
+	pctx, stopProducing := context.WithCancel(ctx)
+	defer stopProducing()
+	wctx, stopWaiting := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWaiting()
+	var (
+		mu    sync.Mutex
+		drain *time.Timer
+		first error // the first publish that failed for good
+	)
+	unhook := context.AfterFunc(pctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		drain = time.AfterFunc(loadgenDrain, stopWaiting)
+	})
+	defer func() {
+		unhook()
+		mu.Lock()
+		defer mu.Unlock()
+		if drain != nil {
+			drain.Stop()
+		}
+	}()
 	queue := make(chan inFlight, g.maxInFlight)
+	var wg sync.WaitGroup
 	for range min(loadgenWaiters, g.maxInFlight) {
-		eg.Go(func() error {
+		wg.Go(func() {
+			// Every message handed to the client is waited for, even
+			// after a stop or a failure, until the drain ends.
 			for f := range queue {
-				if _, err := f.res.Get(ctx); err != nil {
-					return fmt.Errorf("event %d, copy %d: %w", f.ev.seq, f.copy, err)
+				_, err := f.res.Get(wctx)
+				switch {
+				case err == nil:
+					g.acked(f)
+				case wctx.Err() != nil:
+					g.unknown.Add(1)
+				default:
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("event %d, copy %d: %w", f.ev.seq, f.copy, err)
+					}
+					mu.Unlock()
+					stopProducing()
 				}
-				g.acked(f)
 			}
-			return nil
 		})
 	}
-	eg.Go(func() error {
-		defer close(queue)
-		return g.produce(ctx, queue)
-	})
-	return eg.Wait()
+	err := g.produce(pctx, queue)
+	close(queue)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return err
 }
 
-// produce publishes every planned event at the configured rate.
+// produce publishes every planned event at the configured rate, until
+// ctx ends. Each message handed to the client goes to the queue, whose
+// waiters drain it to the end.
 func (g *loadgen) produce(ctx context.Context, queue chan<- inFlight) error {
 	start := time.Now()
-	enqueue := func(f inFlight) error {
-		select {
-		case queue <- f:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	for i := 0; ; i++ {
 		ev, ok := g.plan.next()
 		if !ok {
@@ -210,6 +247,9 @@ func (g *loadgen) produce(ctx context.Context, queue chan<- inFlight) error {
 			if err := backoff.Sleep(ctx, time.Until(due)); err != nil {
 				return err
 			}
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		data := loadPayload(ev.seq, g.payloadSize)
 		now := time.Now()
@@ -225,9 +265,7 @@ func (g *loadgen) produce(ctx context.Context, queue chan<- inFlight) error {
 			if g.tsAttr != "" {
 				a[g.tsAttr] = strconv.FormatInt(now.UnixMilli(), 10)
 			}
-			if err := enqueue(inFlight{res: g.raw.Publish(ctx, &pubsub.Message{Data: data, Attributes: a}), ev: ev}); err != nil {
-				return err
-			}
+			queue <- inFlight{res: g.raw.Publish(ctx, &pubsub.Message{Data: data, Attributes: a}), ev: ev}
 			continue
 		}
 		// The copies reuse the key the first publish fixed, and its event
@@ -237,29 +275,30 @@ func (g *loadgen) produce(ctx context.Context, queue chan<- inFlight) error {
 			_, err := r.Get(ctx)
 			return fmt.Errorf("event %d: %w", ev.seq, err)
 		}
-		if err := enqueue(inFlight{res: r, ev: ev}); err != nil {
-			return err
-		}
+		queue <- inFlight{res: r, ev: ev}
+		// An event's copies all go out or none: a stop between them would
+		// leave a republished event with fewer copies than planned.
 		for c := 1; c <= ev.copies; c++ {
-			rc := g.p.Publish(ctx, publisher.Event{Key: r.Key(), Data: data, Attributes: attrs(c), Time: now})
-			if err := enqueue(inFlight{res: rc, ev: ev, copy: c}); err != nil {
-				return err
-			}
+			queue <- inFlight{res: g.p.Publish(ctx, publisher.Event{Key: r.Key(), Data: data, Attributes: attrs(c), Time: now}), ev: ev, copy: c}
 		}
 	}
 }
 
+// acked counts a message the server stored. An event counts once, with
+// whichever of its messages is stored first: after a stop, a copy may be
+// stored while the first message's answer was lost, and its key is still
+// one a pipeline emits.
 func (g *loadgen) acked(f inFlight) {
 	g.messages.Add(1)
 	if f.copy > 0 {
 		g.copies.Add(1)
-	} else {
+	} else if f.ev.redeliver {
+		g.redeliver.Add(1)
+	}
+	if _, seen := g.seen.LoadOrStore(f.ev.seq, true); !seen {
 		g.events.Add(1)
 		if f.ev.keyless {
 			g.keyless.Add(1)
-		}
-		if f.ev.redeliver {
-			g.redeliver.Add(1)
 		}
 		if f.ev.copies > 0 {
 			g.republished.Add(1)
@@ -295,6 +334,7 @@ type loadSummary struct {
 	KeylessEvents      int64   `json:"keyless_events"`
 	RedeliverMarked    int64   `json:"redeliver_marked"`
 	ExpectedUniqueKeys int64   `json:"expected_unique_keys"`
+	OutcomeUnknown     int64   `json:"outcome_unknown"`
 	ElapsedSeconds     float64 `json:"elapsed_seconds"`
 	MessagesPerSecond  float64 `json:"messages_per_second"`
 	EventsPerSecond    float64 `json:"events_per_second"`
@@ -304,7 +344,7 @@ func (g *loadgen) summary(topic, keyAttr string, seed uint64, elapsed time.Durat
 	s := loadSummary{Topic: topic, KeyAttribute: keyAttr, Seed: seed, Complete: complete,
 		Events: g.events.Load(), Messages: g.messages.Load(), Copies: g.copies.Load(),
 		RepublishedEvents: g.republished.Load(), KeylessEvents: g.keyless.Load(),
-		RedeliverMarked: g.redeliver.Load(), ElapsedSeconds: elapsed.Seconds()}
+		RedeliverMarked: g.redeliver.Load(), OutcomeUnknown: g.unknown.Load(), ElapsedSeconds: elapsed.Seconds()}
 	s.KeyedEvents = s.Events - s.KeylessEvents
 	s.ExpectedUniqueKeys = s.Events
 	if secs := elapsed.Seconds(); secs > 0 {
@@ -325,18 +365,22 @@ func (s loadSummary) write(w io.Writer, asJSON bool) error {
 	if !s.Complete {
 		state = " (incomplete: counts are what the server acknowledged)"
 	}
+	unknown := ""
+	if s.OutcomeUnknown > 0 {
+		unknown = fmt.Sprintf("\n  outcome unknown       %d messages (no answer from the server within %v of the stop: up to that many more may be stored)", s.OutcomeUnknown, loadgenDrain)
+	}
 	_, err := fmt.Fprintf(w, `loadgen summary%s
   topic                 %s
   logical events        %d
   messages sent         %d (one per event + %d republished copies of %d events)
   events without key    %d (attribute %s missing)
   marked for redelivery %d (attribute %s=1)
-  expected unique keys  %d (what a dedup pipeline should emit)
+  expected unique keys  %d (what a dedup pipeline should emit)%s
   elapsed               %s
   rate                  %.1f messages/s, %.1f events/s
   seed                  %d (--seed %d replays this plan)
 `, state, s.Topic, s.Events, s.Messages, s.Copies, s.RepublishedEvents,
-		s.KeylessEvents, s.KeyAttribute, s.RedeliverMarked, attrRedeliver, s.ExpectedUniqueKeys,
+		s.KeylessEvents, s.KeyAttribute, s.RedeliverMarked, attrRedeliver, s.ExpectedUniqueKeys, unknown,
 		time.Duration(s.ElapsedSeconds*float64(time.Second)).Round(time.Millisecond),
 		s.MessagesPerSecond, s.EventsPerSecond, s.Seed, s.Seed)
 	if err != nil {

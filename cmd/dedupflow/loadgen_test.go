@@ -348,3 +348,44 @@ func TestLoadgenOfficialEmulator(t *testing.T) {
 		t.Errorf("%d keyless, %d distinct keys; summary %+v", keyless, len(keys)-1, s)
 	}
 }
+
+// TestLoadgenInterruptedCounts: a loadgen stopped mid-run counts what the
+// server holds, the messages in flight at the stop included: its expected
+// unique keys are the events of the stored messages.
+func TestLoadgenInterruptedCounts(t *testing.T) {
+	srv := pubServer(t, "load")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"loadgen", "--project", "test-project", "--topic", "load", "--count", "100000",
+			"--dup-ratio", "0.3", "--dup-copies", "2", "--missing-id-ratio", "0.1", "--payload-size", "10",
+			"--json", "--progress", "off"}, &out, &errOut)
+	}()
+	for len(srv.Messages()) < 2000 {
+		select {
+		case err := <-done:
+			t.Fatalf("loadgen ended before the stop: %v\n%s", err, &errOut)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	cancel()
+	err := <-done
+	if err == nil {
+		t.Fatal("interrupted loadgen: no error")
+	}
+	var s loadSummary
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil {
+		t.Fatalf("summary %q: %v", out.String(), err)
+	}
+	msgs := srv.Messages()
+	events := map[string]bool{}
+	for _, m := range msgs {
+		events[m.Attributes[attrSeq]] = true
+	}
+	if s.OutcomeUnknown != 0 || s.Messages != int64(len(msgs)) || s.ExpectedUniqueKeys != int64(len(events)) || s.Complete {
+		t.Errorf("summary: %d messages, %d expected unique keys, %d unknown, complete %v; the server holds %d messages of %d events",
+			s.Messages, s.ExpectedUniqueKeys, s.OutcomeUnknown, s.Complete, len(msgs), len(events))
+	}
+}
