@@ -165,7 +165,10 @@ func (b *Broker) Ensure(ctx context.Context, r *Resources) error {
 			var have *pb.Subscription
 			if have, err = b.sub.GetSubscription(ctx, &pb.GetSubscriptionRequest{Subscription: s.Name}); err == nil {
 				want := proto.Clone(s).(*pb.Subscription)
-				if err = checkSubscriptionConfig(want); err == nil { // the defaults a create fills in
+				// The defaults a create fills in, on both sides: one made by
+				// an older broker may lack those added since (push_config,
+				// expiration_policy).
+				if err = errors.Join(checkSubscriptionConfig(want), checkSubscriptionConfig(have)); err == nil {
 					clearNotStored(have.ProtoReflect())
 					clearNotStored(want.ProtoReflect())
 					err = differ("subscription "+s.Name, have, want)

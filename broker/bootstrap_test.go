@@ -223,3 +223,26 @@ func mustJSON(t *testing.T, m proto.Message) json.RawMessage {
 	}
 	return js
 }
+
+// TestEnsureOlderSubscription: a subscription that an older broker stored,
+// without the push_config and expiration_policy a create now fills in, is
+// the one a bootstrap file without them asks for, so a broker restarted on
+// its data dir with the same file still starts.
+func TestEnsureOlderSubscription(t *testing.T) {
+	b := startOurs(t, Options{}).ours
+	ctx := context.Background()
+	r, err := ParseResources([]byte("topics:\n  - name: orders\nsubscriptions:\n  - name: orders-eu\n    topic: orders\n"), project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pub.CreateTopic(ctx, &pb.Topic{Name: topicName("orders")}); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	b.putSubLocked(b.nextID, b.topics[topicName("orders")], b.nextSeq, &pb.Subscription{Name: subName("orders-eu"), Topic: topicName("orders"),
+		AckDeadlineSeconds: 10, MessageRetentionDuration: durationpb.New(7 * 24 * time.Hour), State: pb.Subscription_ACTIVE})
+	b.mu.Unlock()
+	if err := b.Ensure(ctx, r); err != nil {
+		t.Errorf("ensure over an older subscription: %v", err)
+	}
+}
