@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"os"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,5 +80,47 @@ func TestStopWhilePubSubDown(t *testing.T) {
 				t.Fatalf("%s still runs 2 minutes after the stop, with Pub/Sub unreachable", args[0])
 			}
 		})
+	}
+}
+
+// TestInterruptedExitCode: Ctrl-C during a loadgen fails it, as a script
+// needs to see, with a line that says it was interrupted and the shell's
+// code for SIGINT, not "context canceled" and the code of a bad flag.
+func TestInterruptedExitCode(t *testing.T) {
+	srv := pubServer(t, "load")
+	ctx, stop := stopContext()
+	defer stop()
+	var out, errOut bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"loadgen", "--project", "test-project", "--topic", "load", "--count", "100000", "--progress", "off"}, &out, &errOut)
+	}()
+	for len(srv.Messages()) < 100 {
+		select {
+		case err := <-done:
+			t.Fatalf("loadgen ended before the interrupt: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	if err == nil || err.Error() != "loadgen interrupted by SIGINT (Ctrl-C) before it finished" || exitCode(err) != 130 {
+		t.Errorf("interrupted loadgen: error %v, exit code %d; want it named interrupted by SIGINT, exit 130", err, exitCode(err))
+	}
+	if !strings.Contains(out.String(), "incomplete") {
+		t.Errorf("no incomplete summary:\n%s", &out)
+	}
+}
+
+// TestVersion: --version names the module version and the Go release.
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"--version"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if v := out.String(); !strings.HasPrefix(v, "dedupflow ") || !strings.HasSuffix(v, " "+runtime.Version()+"\n") {
+		t.Errorf("--version printed %q", v)
 	}
 }
