@@ -159,6 +159,14 @@ func TestPage(t *testing.T) {
 			t.Errorf("%s: %d", f, w.Code)
 		}
 	}
+	// A folder is not listed.
+	for _, f := range []string{"/static/"} {
+		w := httptest.NewRecorder()
+		con.Handler().ServeHTTP(w, httptest.NewRequest("GET", "http://127.0.0.1:8080"+f, nil))
+		if w.Code != 404 {
+			t.Errorf("%s: %d, want 404 (no listing):\n%s", f, w.Code, w.Body)
+		}
+	}
 }
 
 // TestServe: outputs reach the live view over SSE with the counters, and

@@ -17,6 +17,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/internal/localguard"
+	"github.com/dedupflow/dedupflow/internal/webstatic"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/dedupflow/dedupflow/limits"
@@ -50,7 +51,7 @@ func (c *Console) routes() (http.Handler, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { c.index(w, r, page) })
-	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.Handle("GET /static/", http.StripPrefix("/static/", webstatic.Files(static)))
 	mux.HandleFunc("GET /api/events", c.events)
 	// Only the state-changing endpoints need the cross-site checks; the
 	// browser will not let another origin read the GET responses.

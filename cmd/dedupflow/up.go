@@ -162,7 +162,7 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 		pmu sync.Mutex
 		p   *pipeline.Pipeline
 	)
-	bpage, err := brokerpage.New(b, brokerpage.Options{Logger: log.With("component", "console")})
+	bpage, err := brokerpage.New(b, brokerpage.Options{ConsoleURL: "/", Logger: log.With("component", "console")})
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/internal/localguard"
+	"github.com/dedupflow/dedupflow/internal/webstatic"
 )
 
 //go:embed assets
@@ -46,12 +47,17 @@ type Options struct {
 	// AllowedHosts are host names, besides localhost and IP literals, the
 	// page answers to (see package localguard).
 	AllowedHosts []string
-	Logger       *slog.Logger
+	// ConsoleURL, when set, is linked from the page as the way back to the
+	// console that serves it (up serves both).
+	ConsoleURL string
+	Logger     *slog.Logger
 }
 
+// The page peeks at peekShown messages; the API takes up to maxPeek.
 const (
 	maxBodyBytes = 1 << 20
 	maxPeek      = 50
+	peekShown    = 20
 )
 
 // csp allows only the page's own files, so that text that slipped past
@@ -60,10 +66,11 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; connect-sr
 	"form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
 type page struct {
-	b     Broker
-	log   *slog.Logger
-	token string
-	tmpl  *template.Template
+	b       Broker
+	log     *slog.Logger
+	token   string
+	console string
+	tmpl    *template.Template
 }
 
 // New returns the handler of /broker and the paths below it.
@@ -83,13 +90,13 @@ func New(b Broker, o Options) (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("brokerpage: static files: %w", err)
 	}
-	p := &page{b: b, log: o.Logger, token: token, tmpl: tmpl}
+	p := &page{b: b, log: o.Logger, token: token, console: o.ConsoleURL, tmpl: tmpl}
 	post := func(h http.HandlerFunc) http.Handler {
 		return localguard.SameSite(true, deny, localguard.Token(token, deny, h))
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /broker", p.index)
-	mux.Handle("GET /broker/static/", http.StripPrefix("/broker/static/", http.FileServerFS(static)))
+	mux.Handle("GET /broker/static/", http.StripPrefix("/broker/static/", webstatic.Files(static)))
 	mux.HandleFunc("GET /broker/api/state", p.state)
 	// Peek changes nothing, but shows message contents: only the page asks.
 	mux.Handle("GET /broker/api/peek", localguard.SameSite(false, deny, localguard.Token(token, deny, http.HandlerFunc(p.peek))))
@@ -103,7 +110,7 @@ func deny(w http.ResponseWriter, _ *http.Request, code int, msg string) { writeE
 func (p *page) index(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store") // the page holds the token
-	if err := p.tmpl.Execute(w, map[string]any{"Token": p.token, "MaxPeek": maxPeek}); err != nil {
+	if err := p.tmpl.Execute(w, map[string]any{"Token": p.token, "PeekShown": peekShown, "Console": p.console}); err != nil {
 		p.log.Warn("broker page: render", "err", err)
 	}
 }

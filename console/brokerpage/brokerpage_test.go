@@ -25,7 +25,8 @@ type fixture struct {
 }
 
 // start serves the page for a broker with a topic "orders" and its
-// subscription "orders-sub", in process.
+// subscription "orders-sub", in process, with a subscription of a name as
+// long as the tutorial's.
 func start(t *testing.T) fixture {
 	t.Helper()
 	b, err := broker.New(broker.Options{})
@@ -42,6 +43,9 @@ func start(t *testing.T) fixture {
 	for _, r := range []struct{ path, body string }{
 		{"/topics/orders", `{}`},
 		{"/subscriptions/orders-sub", `{"topic":"projects/` + project + `/topics/orders","ackDeadlineSeconds":10}`},
+		{"/topics/topicFromDataflow", `{}`},
+		{"/subscriptions/topicFromDataflow.subscriptionFromDataflow", `{"topic":"projects/` + project +
+			`/topics/topicFromDataflow","filter":"attributes.origin = \"dedupflow-pipeline-output\""}`},
 	} {
 		req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/projects/"+project+r.path, strings.NewReader(r.body))
 		resp, err := http.DefaultClient.Do(req)
@@ -50,7 +54,7 @@ func start(t *testing.T) fixture {
 		}
 		resp.Body.Close()
 	}
-	h, err := New(b, Options{})
+	h, err := New(b, Options{ConsoleURL: "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +94,24 @@ func TestBrokerPageBrowser(t *testing.T) {
 	}()
 	waitPage("the live table", `document.getElementById("conn").textContent === "Live" && `+cellOf("backlog")+` === "0"`)
 
+	// At 1280 px, nothing is cut off: every Peek button is on screen.
+	if got := eval(`String(document.documentElement.scrollWidth)`); got != eval(`String(document.documentElement.clientWidth)`) {
+		t.Errorf("the page is %s px wide in a %s px window", got, eval(`String(document.documentElement.clientWidth)`))
+	}
+	if got := eval(`[...document.querySelectorAll("button.peek")].map(b => b.getBoundingClientRect().right <= document.documentElement.clientWidth).join()`); got != "true,true" {
+		t.Errorf("Peek buttons within the window: %s, want both", got)
+	}
+	if got := eval(`document.getElementById("console-link").getAttribute("href")`); got != "/" {
+		t.Errorf("link back to the console: %q", got)
+	}
+	if got := eval(`getComputedStyle(document.querySelector("section")).borderRadius`); got != "8px" {
+		t.Errorf("sections have border radius %q, want the console's panels (8px)", got)
+	}
+
 	// Publish markup with attributes: it arrives, and stays text.
 	const payload = `<img src=x onerror=alert(1)><script>alert(2)</script>`
-	do("publish", chromedp.SetValue(chromedp.CSS("#pub-data"), payload),
+	do("publish", chromedp.SetValue(chromedp.CSS("#pub-topic"), "projects/"+project+"/topics/orders"),
+		chromedp.SetValue(chromedp.CSS("#pub-data"), payload),
 		chromedp.SetValue(chromedp.CSS("#pub-attrs"), "origin=<b>page</b>\nkind=test"),
 		chromedp.Click(chromedp.CSS("#pub-send")))
 	waitPage("the publish", `document.getElementById("publish-status").textContent.startsWith("Published")`)
@@ -119,11 +138,11 @@ func TestBrokerPageBrowser(t *testing.T) {
 	do("publish a bad attribute", chromedp.SetValue(chromedp.CSS("#pub-attrs"), "no equals sign"), chromedp.Click(chromedp.CSS("#pub-send")))
 	waitPage("the attribute error", `document.getElementById("publish-status").textContent.includes("want key=value")`)
 	do("publish a reserved attribute", chromedp.SetValue(chromedp.CSS("#pub-attrs"), "googkey=1"), chromedp.Click(chromedp.CSS("#pub-send")))
-	waitPage("the broker's refusal", `document.getElementById("publish-status").className === "err" && document.getElementById("publish-status").textContent.includes("goog")`)
+	waitPage("the broker's refusal", `document.getElementById("publish-status").classList.contains("bad") && document.getElementById("publish-status").textContent.includes("goog")`)
 
 	// Seeking past the message acknowledges it.
 	future := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
-	do("seek", chromedp.SetValue(chromedp.CSS("#seek-time"), future), chromedp.Click(chromedp.CSS("#seek-send")))
+	do("seek", chromedp.SetValue(chromedp.CSS("#seek-sub"), sub), chromedp.SetValue(chromedp.CSS("#seek-time"), future), chromedp.Click(chromedp.CSS("#seek-send")))
 	waitPage("the seek", `document.getElementById("seek-status").textContent.startsWith("Sought")`)
 	waitPage("the backlog to empty", cellOf("backlog")+` === "0"`)
 	do("seek to nothing", chromedp.SetValue(chromedp.CSS("#seek-time"), "yesterday"), chromedp.Click(chromedp.CSS("#seek-send")))
@@ -148,6 +167,9 @@ func TestBrokerPageGuards(t *testing.T) {
 		{"peek without token", "GET", "/broker/api/peek?subscription=projects/" + project + "/subscriptions/orders-sub", "", nil, 403},
 		{"rebound host", "GET", "/broker", "evil.example", nil, 421},
 		{"page", "GET", "/broker", "", nil, 200},
+		{"shared stylesheet", "GET", "/broker/static/style.css", "", nil, 200},
+		{"own stylesheet", "GET", "/broker/static/broker.css", "", nil, 200},
+		{"no listing", "GET", "/broker/static/", "", nil, 404},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(tc.method, f.srv.URL+tc.path, strings.NewReader(form))

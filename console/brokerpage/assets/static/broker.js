@@ -56,7 +56,7 @@
         const b = document.createElement("button");
         b.type = "button";
         b.textContent = "Peek";
-        b.className = "peek";
+        b.className = "peek secondary";
         b.addEventListener("click", () => peek(s.name));
         td.appendChild(b);
         rows.push(tr);
@@ -81,7 +81,7 @@
     $("peek-sub").textContent = sub;
     $("peek-status").textContent = "Peeking…";
     try {
-      const v = await call("GET", "/broker/api/peek?n=20&subscription=" + encodeURIComponent(sub));
+      const v = await call("GET", "/broker/api/peek?n=" + $("peek").dataset.n + "&subscription=" + encodeURIComponent(sub));
       const rows = v.messages.map((m) => {
         const tr = document.createElement("tr");
         cell(tr, m.messageId);
@@ -101,12 +101,12 @@
     const form = $(formId), status = $(formId + "-status");
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
-      status.className = "";
+      status.className = "status";
       status.textContent = "Sending…";
       try {
         status.textContent = done(await call("POST", url, form));
       } catch (e) {
-        status.className = "err";
+        status.className = "status bad";
         status.textContent = e.message;
       }
       refresh();
@@ -121,8 +121,10 @@
       if (!r.ok) throw new Error(String(r.status));
       render(await r.json());
       $("conn").textContent = "Live";
+      $("conn").className = "conn ok";
     } catch (e) {
       $("conn").textContent = "Disconnected, retrying…";
+      $("conn").className = "conn bad";
     }
   }
   refresh();
