@@ -282,7 +282,8 @@ func TestSeekFarAway(t *testing.T) {
 
 // TestMalformedAckIDs: an ack ID that does not parse, or none at all, is
 // INVALID_ARGUMENT for Acknowledge and ModifyAckDeadline, and aborts a
-// StreamingPull stream, as the proto says.
+// StreamingPull stream, as the proto says; so does flow control set after
+// a stream's first request.
 func TestMalformedAckIDs(t *testing.T) {
 	forEachTarget(t, []string{"emulator"}, func(t *testing.T, tg target) {
 		c := newClient(t, tg.addr)
@@ -297,12 +298,16 @@ func TestMalformedAckIDs(t *testing.T) {
 		wantStatus(t, "modack", err, codes.InvalidArgument, "Invalid ack id")
 		err = sa.ModifyAckDeadline(ctx, &pb.ModifyAckDeadlineRequest{Subscription: sub.Name, AckDeadlineSeconds: 10})
 		wantStatus(t, "modack of nothing", err, codes.InvalidArgument, "No ack ids specified")
-		for name, r := range map[string]*pb.StreamingPullRequest{
+		cases := map[string]*pb.StreamingPullRequest{
 			"ack":             {AckIds: []string{"not an ack ID!"}},
 			"modack":          {ModifyDeadlineAckIds: []string{"not an ack ID!"}, ModifyDeadlineSeconds: []int32{10}},
 			"unpaired":        {ModifyDeadlineAckIds: []string{"1"}},
 			"negative modack": {ModifyDeadlineAckIds: []string{"1"}, ModifyDeadlineSeconds: []int32{-1}},
-		} {
+		}
+		if tg.ours != nil { // the emulator (528) keeps this stream open
+			cases["flow control"] = &pb.StreamingPullRequest{MaxOutstandingMessages: 10}
+		}
+		for name, r := range cases {
 			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			st, err := sa.StreamingPull(sctx)
 			if err == nil {

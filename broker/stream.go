@@ -98,6 +98,9 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 			if err == nil {
 				err = checkStreamRequest(r)
 			}
+			if err == nil && (r.MaxOutstandingMessages != 0 || r.MaxOutstandingBytes != 0 || r.ProtocolVersion != 0) {
+				err = status.Error(codes.InvalidArgument, "max_outstanding_messages, max_outstanding_bytes and protocol_version can only be set on the first request of a stream")
+			}
 			if err != nil {
 				recvDone <- err
 				return
