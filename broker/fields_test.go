@@ -455,3 +455,18 @@ func TestKMSKeyName(t *testing.T) {
 	_, err = c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{Topic: &pb.Topic{Name: tp.Name, KmsKeyName: "my-key"}, UpdateMask: mask("kms_key_name")})
 	wantStatus(t, "update to a bare key name", err, codes.InvalidArgument, "kms_key_name")
 }
+
+// TestRESTNestedMask: the REST API's camelCase updateMask takes dotted
+// paths too, as gcloud and curl send them.
+func TestRESTNestedMask(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	sub := createSub(t, c, &pb.Subscription{Topic: createTopic(t, c),
+		PushConfig: &pb.PushConfig{PushEndpoint: "http://127.0.0.1:1/a", Attributes: map[string]string{"x-goog-version": "v1"}}})
+	code, v := rest(t, "PATCH", "http://"+tg.addr+"/v1/"+sub.Name,
+		`{"subscription":{"pushConfig":{"pushEndpoint":"http://127.0.0.1:1/b"}},"updateMask":"pushConfig.pushEndpoint"}`)
+	pc, _ := v["pushConfig"].(map[string]any)
+	if code != 200 || pc["pushEndpoint"] != "http://127.0.0.1:1/b" || pc["attributes"] == nil {
+		t.Errorf("PATCH with pushConfig.pushEndpoint: %d %v", code, v)
+	}
+}
