@@ -38,6 +38,7 @@ func TestValidate(t *testing.T) {
 		{"trailing space", "m", "123 ", "", "key", "spaces"},
 		{"control", "m", "1\n2", "", "key", "control"},
 		{"bad utf8 key", "m", "\xfe", "", "key", "UTF-8"},
+		{"reserved key", "m", "message-id:5", "", "key", dedup.ErrKeyReserved.Error()},
 		{"zero copies", "m", "k", "0", "copies", "1 to 10"},
 		{"many copies", "m", "k", "11", "copies", "1 to 10"},
 		{"word copies", "m", "k", "two", "copies", "whole number"},

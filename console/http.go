@@ -20,6 +20,7 @@ import (
 	"github.com/dedupflow/dedupflow/internal/webstatic"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/limits"
 )
 
@@ -134,11 +135,11 @@ func validate(message, key, copies string) (publishForm, *fieldError) {
 	case len(message) > maxMessageBytes:
 		return f, &fieldError{"message", fmt.Sprintf("The message is %d bytes; the console sends at most %d.", len(message), maxMessageBytes)}
 	}
+	if err := dedup.CheckKey(key); err != nil {
+		// The pipeline's own words: it would refuse the message for them.
+		return f, &fieldError{"key", "The pipeline refuses this key: " + err.Error() + "."}
+	}
 	switch {
-	case !utf8.ValidString(key):
-		return f, &fieldError{"key", "The key is not valid UTF-8."}
-	case len(key) > limits.AttributeValueBytes:
-		return f, &fieldError{"key", fmt.Sprintf("The key is %d bytes; Pub/Sub allows attribute values of at most %d.", len(key), limits.AttributeValueBytes)}
 	case strings.TrimSpace(key) != key:
 		// Keys compare exactly: "123 " would silently differ from "123".
 		return f, &fieldError{"key", "The key starts or ends with spaces; remove them (keys are compared exactly)."}

@@ -113,7 +113,7 @@ func (r Rule) Derive(attrs map[string]string, data []byte, msgID string) (key st
 		if reason != "" {
 			return r.missingKey(msgID, &missingError{reason: reason})
 		}
-		if err := checkKey(v); err != nil {
+		if err := CheckKey(v); err != nil {
 			return "", SourceNone, false, fmt.Errorf("JSON path %q: %w", r.Path, err)
 		}
 		return v, SourceJSON, false, nil
@@ -131,7 +131,7 @@ func (r Rule) Derive(attrs map[string]string, data []byte, msgID string) (key st
 	if v == "" {
 		return r.missingKey(msgID, fmt.Errorf("%w: %q", ErrKeyMissing, r.IDAttribute))
 	}
-	if err := checkKey(v); err != nil {
+	if err := CheckKey(v); err != nil {
 		return "", SourceNone, false, err
 	}
 	return v, SourceAttribute, false, nil
@@ -149,9 +149,10 @@ func (r Rule) missingKey(msgID string, reason error) (string, Source, bool, erro
 	return MessageIDKey(msgID), SourceMessageID, true, nil
 }
 
-// checkKey applies the limits every publisher's key has: it travels in an
-// attribute, and the message-ID namespace is not its to use.
-func checkKey(v string) error {
+// CheckKey applies the limits every publisher's key has: it travels in an
+// attribute, and the message-ID namespace is not its to use. The console's
+// form calls it too, so it refuses what the pipeline refuses, in its words.
+func CheckKey(v string) error {
 	switch {
 	case len(v) > MaxKeyLen:
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(v), MaxKeyLen)
