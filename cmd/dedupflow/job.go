@@ -69,7 +69,7 @@ type auditFlags struct {
 type sinkFlags struct{ spec, table, onConflict string }
 
 func (j *jobFlags) register(fs *flag.FlagSet) {
-	n, k, t, a, s := &j.names, &j.key, &j.time, &j.audit, &j.sink
+	n, k, t, s := &j.names, &j.key, &j.time, &j.sink
 	fs.StringVar(&n.project, "project", "", "Google Cloud project of short resource IDs")
 	fs.StringVar(&n.inSub, "input-subscription", "", "subscription to read (ID or projects/P/subscriptions/S)")
 	fs.StringVar(&n.inTopic, "input-topic", "", "topic to read through a subscription of our own, removed on exit")
@@ -99,6 +99,11 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.domain, "time-domain", "processing", "clock of the horizon: processing, or event (expires when the watermark passes event time + horizon)")
 	durationVar(fs, &t.lateness, "allowed-lateness", time.Minute, "event time: how far the watermark trails the highest event time seen")
 	fs.StringVar(&t.late, "late", "pass", "event time: a message too late to judge: pass (emit, counted) or dead-letter")
+	j.audit.register(fs)
+}
+
+// register is shared with up, whose console advises --audit-horizon too.
+func (a *auditFlags) register(fs *flag.FlagSet) {
 	durationVar(fs, &a.horizon, "audit-horizon", 0, "remember keys this long (e.g. 7d), approximately, to mark copies after --horizon as probable late duplicates (default off)")
 	fs.Float64Var(&a.fp, "audit-fp", audit.DefaultFalsePositive, "false-positive rate of the audit filter at --audit-capacity")
 	fs.UintVar(&a.capacity, "audit-capacity", audit.DefaultCapacity, "distinct keys per --audit-horizon the audit filter is sized for (memory is fixed at start)")

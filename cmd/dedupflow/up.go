@@ -54,6 +54,7 @@ func (u *upFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&j.key.idAttr, "id-attribute", "key", "attribute holding the publisher's stable key; the console's key goes there")
 	fs.StringVar(&j.time.tsAttr, "timestamp-attribute", "", "attribute holding the event time for the horizon (empty: the publish time)")
 	durationVar(fs, &j.time.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
+	j.audit.register(fs)
 	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&u.brokerAddr, "broker-addr", "127.0.0.1:8085", "address of the Pub/Sub-compatible broker, for other clients to join")
 	fs.StringVar(&u.consoleAddr, "console-addr", "127.0.0.1:8080", "address of the web console")

@@ -124,6 +124,8 @@ func TestUpBadFlags(t *testing.T) {
 		{[]string{"--state", "file:x"}, "flag provided but not defined"},
 		{[]string{"--horizon", "100000h"}, "--horizon"},
 		{[]string{"extra"}, "unexpected argument"},
+		// The console advises --audit-horizon: up takes it, checked as the pipeline checks it.
+		{[]string{"--audit-horizon", "1m"}, "--audit-horizon 1m0s must be longer than --horizon 10m0s"},
 	} {
 		var stdout, stderr testenv.Buffer
 		args := append([]string{"up", "--broker-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, tc.args...)
@@ -134,6 +136,15 @@ func TestUpBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("up %v: error %v, want one mentioning %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestUpAuditHorizon: up runs its pipeline with the audit the console's
+// advice names.
+func TestUpAuditHorizon(t *testing.T) {
+	up := startUp(t, "--audit-horizon", "7d")
+	if !strings.Contains(up.stderr.String(), "audit horizon on") || !strings.Contains(up.stderr.String(), "audit_horizon=168h0m0s") {
+		t.Errorf("up --audit-horizon 7d: no audit in its log:\n%s", up.stderr)
 	}
 }
 
