@@ -166,6 +166,9 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("open disk store %s: %w", path, err)
 	}
+	if err := checkWritable(path); err != nil {
+		return nil, err
+	}
 	lock, err := lockDir(ctx, path)
 	if err != nil {
 		return nil, err
@@ -215,6 +218,19 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 	w.log.Info("disk store opened", "path", path, "keys", n, "took", time.Since(start).Round(time.Millisecond))
 	go w.loop()
 	return w, nil
+}
+
+// checkWritable creates and removes a file in the folder: Pebble opened
+// on a folder it cannot write retries its background writes forever,
+// logging each failure, and never returns.
+func checkWritable(path string) error {
+	f, err := os.CreateTemp(path, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("open disk store %s: the store needs write access to its folder, as user %d: %w "+
+			"(give this user write access to it, or use another folder)", path, os.Geteuid(), errors.Unwrap(err))
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // lockDir takes the directory's lock, waiting up to a second for another

@@ -1,0 +1,154 @@
+package disk
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dedupflow/dedupflow/dedup"
+)
+
+const faultChildEnv = "DEDUPFLOW_DISK_FAULT_CHILD"
+
+// openAs opens the store at path in a child process, as user nobody when
+// the test runs as root (root writes through any mode bits, as CI does), and
+// returns what Open said and how long the child took. The child is given
+// 30 s: a store that spins fails the test instead of hanging it.
+func openAs(t *testing.T, path string, asNobody bool) (out string, took time.Duration) {
+	t.Helper()
+	bin := os.Args[0]
+	cmd := exec.Command(bin, "-test.run=^TestFaultChild$")
+	if asNobody {
+		u, err := user.Lookup("nobody")
+		if err != nil {
+			t.Fatalf("running as root needs a user nobody to open the store as: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		// The test binary sits in a folder only root may enter: a copy
+		// nobody can run.
+		dir := t.TempDir()
+		bin = filepath.Join(dir, "disk.test")
+		copyFile(t, os.Args[0], bin, 0o755)
+		for d := dir; d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+			if err := os.Chmod(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd = exec.Command(bin, "-test.run=^TestFaultChild$")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	}
+	cmd.Env = append(os.Environ(), faultChildEnv+"="+path)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("Open did not return within 30 s; it wrote %d bytes, ending:\n%s", buf.Len(), tail(buf.String(), 2000))
+	}
+	return buf.String(), time.Since(start)
+}
+
+func tail(s string, n int) string { return s[max(0, len(s)-n):] }
+
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	t.Helper()
+	src, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFaultChild is the child of openAs; it does nothing unless started by
+// it. It prints Open's error, or "opened".
+func TestFaultChild(t *testing.T) {
+	path := os.Getenv(faultChildEnv)
+	if path == "" {
+		return
+	}
+	s, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		os.Stdout.WriteString("open error: " + err.Error() + "\n")
+		return
+	}
+	os.Stdout.WriteString("opened\n")
+	s.Close()
+}
+
+// TestReadOnlyFolder: a store folder the process may not write (chmod
+// 500, as after a deploy that changed the user) is refused at Open with
+// one line that says so, at once, instead of Pebble retrying its
+// background writes forever.
+func TestReadOnlyFolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db")
+	s, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(context.Background(), dedup.KeyOf("k"), "m", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	root := os.Geteuid() == 0
+	if root {
+		u, err := user.Lookup("nobody")
+		if err != nil {
+			t.Fatalf("running as root needs a user nobody: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		err = filepath.Walk(path, func(p string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Chown(p, uid, gid)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(path, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(path, 0o700) }) // so TempDir can remove it
+	out, took := openAs(t, path, root)
+	t.Logf("took %v: %s", took.Round(time.Millisecond), out)
+	line, _, _ := strings.Cut(out, "\n")
+	if !strings.HasPrefix(line, "open error: ") || !strings.Contains(line, path) || !strings.Contains(line, "permission denied") ||
+		!strings.Contains(line, "write access") {
+		t.Fatalf("Open of a read-only folder: %q, want one error naming the folder, permission denied and the write access it needs", tail(out, 2000))
+	}
+	if n := strings.Count(out, "\n"); n > 3 {
+		t.Errorf("Open wrote %d lines, want only the error:\n%s", n, tail(out, 2000))
+	}
+}
