@@ -42,6 +42,10 @@ type Options struct {
 	// PushKey signs the OIDC tokens of push subscriptions; nil generates a
 	// key on first use. See PushPublicKey.
 	PushKey *rsa.PrivateKey
+	// CompactSize is the log size (bytes) from which it is rewritten as a
+	// checkpoint of the live state; later rewrites wait until the log is
+	// twice the live state, and never start below it. Zero means 64 MiB.
+	CompactSize int64
 	// AllowedHosts are host names, besides localhost and IP literals, under
 	// which the REST API may be reached (see package localguard).
 	AllowedHosts []string
@@ -100,6 +104,9 @@ func New(opts Options) (*Broker, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.CompactSize <= 0 {
+		opts.CompactSize = defaultCompactSize
 	}
 	if opts.PullWait <= 0 {
 		opts.PullWait = 5 * time.Second

@@ -3,36 +3,13 @@ package broker
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"hash/crc32"
 	"io"
 	"slices"
 
-	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-)
-
-// Log record types. A record is a type byte followed by fields encoded with
-// uvarints and length-prefixed bytes; configuration travels as the
-// resource's protobuf, so new fields survive without a format change.
-const (
-	recTopic     byte = 1  // id, Topic proto: create or update
-	recTopicDel  byte = 2  // id
-	recSub       byte = 3  // id, topic id (0: none), first seq, Subscription proto
-	recSubDel    byte = 4  // id
-	recPublish   byte = 5  // message, fanned out to the topic's subscriptions at that point
-	recAck       byte = 6  // sub id, seq: the subscription is done with the message
-	recSeek      byte = 7  // sub id, target time
-	recHeld      byte = 8  // checkpoint: message, retained flag, ids of the subs holding it
-	recCounters  byte = 9  // checkpoint: next seq, next id
-	recSnap      byte = 10 // snapshot create or update, see appendSnap
-	recSnapDel   byte = 11 // id
-	recSeekSnap  byte = 12 // sub id, snapshot id
-	recSchema    byte = 13 // schema name, all its revisions (see appendSchema)
-	recSchemaDel byte = 14 // schema name
-	maxRecordLen      = 64 << 20
 )
 
 func appendBytes(dst, p []byte) []byte {
@@ -103,24 +80,11 @@ func appendProto(d []byte, m proto.Message) []byte {
 }
 
 func (b *Broker) logTopic(t *topic) {
-	b.logRecord(recTopic, func(d []byte) []byte {
-		return appendProto(binary.AppendUvarint(d, t.id), t.proto)
-	})
+	b.logRecord(recTopic, func(d []byte) []byte { return appendTopic(d, t) })
 }
 
 func (b *Broker) logSub(s *subscription) {
 	b.logRecord(recSub, func(d []byte) []byte { return appendSub(d, s) })
-}
-
-func appendSub(d []byte, s *subscription) []byte {
-	var tid uint64
-	if s.topic != nil {
-		tid = s.topic.id
-	}
-	d = binary.AppendUvarint(d, s.id)
-	d = binary.AppendUvarint(d, tid)
-	d = binary.AppendUvarint(d, s.firstSeq)
-	return appendProto(d, s.proto)
 }
 
 func (b *Broker) logDelete(typ byte, id uint64) {
@@ -214,106 +178,6 @@ func (r *reader) message() *message {
 	return m
 }
 
-// applyRecord replays one record onto the state. It runs with b.mu held and
-// b.replaying set, before the broker serves anything.
-func (b *Broker) applyRecord(p []byte) error {
-	if len(p) == 0 {
-		return errCorrupt
-	}
-	r := &reader{p: p[1:]}
-	switch p[0] {
-	case recCounters:
-		b.nextSeq, b.nextID = max(b.nextSeq, r.uvarint()), max(b.nextID, r.uvarint())
-	case recTopic:
-		id := r.uvarint()
-		tp := &pb.Topic{}
-		if r.err == nil {
-			if err := proto.Unmarshal(r.p, tp); err != nil {
-				return fmt.Errorf("topic record: %w", err)
-			}
-			b.putTopicLocked(id, tp)
-		}
-	case recTopicDel:
-		if t := b.topicByID[r.uvarint()]; t != nil {
-			b.deleteTopicLocked(t)
-		}
-	case recSub:
-		id, tid, first := r.uvarint(), r.uvarint(), r.uvarint()
-		sp := &pb.Subscription{}
-		if r.err == nil {
-			if err := proto.Unmarshal(r.p, sp); err != nil {
-				return fmt.Errorf("subscription record: %w", err)
-			}
-			b.putSubLocked(id, b.topicByID[tid], first, sp)
-		}
-	case recSubDel:
-		if s := b.subByID[r.uvarint()]; s != nil {
-			b.deleteSubLocked(s)
-		}
-	case recPublish:
-		m := r.message()
-		if r.err == nil {
-			b.nextSeq = max(b.nextSeq, m.seq+1)
-			if t := b.topicByID[m.topic]; t != nil {
-				b.fanoutLocked(t, m)
-			}
-		}
-	case recHeld:
-		m := r.message()
-		retained := r.uvarint() == 1
-		n := r.uvarint()
-		for i := uint64(0); i < n && r.err == nil; i++ {
-			id := r.uvarint()
-			if s := b.subByID[id]; s != nil {
-				s.replay.add(m)
-			} else if sn := b.snapByID[id]; sn != nil {
-				sn.msgs.pushBack(m) // records come in publish order
-			}
-		}
-		if r.err == nil {
-			b.nextSeq = max(b.nextSeq, m.seq+1)
-			if t := b.topicByID[m.topic]; retained && t != nil {
-				t.retained.pushBack(m)
-			}
-		}
-	case recAck:
-		s, seq := b.subByID[r.uvarint()], r.uvarint()
-		if s != nil && r.err == nil {
-			s.replay.ack(seq)
-		}
-	case recSeek:
-		s, target := b.subByID[r.uvarint()], r.varint()
-		if s != nil && r.err == nil {
-			b.seekLocked(s, target)
-		}
-	case recSnap:
-		if err := b.applySnapRecord(r); err != nil {
-			return err
-		}
-	case recSnapDel:
-		if sn := b.snapByID[r.uvarint()]; sn != nil {
-			b.deleteSnapshotLocked(sn)
-		}
-	case recSchema:
-		if err := b.applySchemaRecord(r); err != nil {
-			return err
-		}
-	case recSchemaDel:
-		delete(b.schemas, r.string())
-	case recSeekSnap:
-		s, sn := b.subByID[r.uvarint()], b.snapByID[r.uvarint()]
-		if s != nil && sn != nil && r.err == nil {
-			b.seekSnapshotLocked(s, sn)
-		}
-	default:
-		return fmt.Errorf("unknown record type %d", p[0])
-	}
-	if r.err != nil {
-		return fmt.Errorf("record type %d: %w", p[0], r.err)
-	}
-	return nil
-}
-
 // capture is the live state as a checkpoint writes it: the configuration
 // records, encoded while the state is locked, and every held message with
 // who holds it, encoded after.
@@ -328,40 +192,6 @@ type holding struct {
 	m        *message
 	id       uint64
 	retained bool
-}
-
-// captureLocked takes the capture: counters, topics, subscriptions and
-// snapshots as records, and a pointer per holding. It costs a copy of
-// pointers; the encoding of the messages happens in write.
-func (b *Broker) captureLocked() *capture {
-	cp := &capture{}
-	emit := func(typ byte, enc func([]byte) []byte) error {
-		cp.head = appendFrame(cp.head, typ, enc)
-		return nil
-	}
-	emit(recCounters, func(d []byte) []byte {
-		return binary.AppendUvarint(binary.AppendUvarint(d, b.nextSeq), b.nextID)
-	})
-	for _, t := range sortedByID(b.topicByID) {
-		emit(recTopic, func(d []byte) []byte { return appendProto(binary.AppendUvarint(d, t.id), t.proto) })
-	}
-	subs := sortedByID(b.subByID)
-	n := 0
-	for _, s := range subs {
-		emit(recSub, func(d []byte) []byte { return appendSub(d, s) })
-		n += s.held
-	}
-	cp.held = make([]holding, 0, n)
-	for _, s := range subs {
-		s.forEachHeld(func(m *message) { cp.held = append(cp.held, holding{m: m, id: s.id}) })
-	}
-	b.checkpointSnapshots(emit, func(m *message, id uint64) { cp.held = append(cp.held, holding{m: m, id: id}) })
-	for _, t := range b.topicByID {
-		for i := 0; i < t.retained.len(); i++ {
-			cp.held = append(cp.held, holding{m: t.retained.at(i), retained: true})
-		}
-	}
-	return cp
 }
 
 // appendFrame appends one framed record (see wal) built by enc.

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -481,48 +480,6 @@ func (b *Broker) deleteSchemaLocked(s *schema) {
 
 func (b *Broker) logSchema(s *schema) {
 	b.logRecord(recSchema, func(d []byte) []byte { return appendSchema(d, s) })
-}
-
-// appendSchema encodes all revisions of s, oldest first.
-func appendSchema(d []byte, s *schema) []byte {
-	all := &pb.ListSchemaRevisionsResponse{}
-	for _, r := range s.revs {
-		all.Schemas = append(all.Schemas, r.proto)
-	}
-	return appendProto(appendString(d, s.name), all)
-}
-
-// applySchemaRecord replays a recSchema, parsing each revision again.
-func (b *Broker) applySchemaRecord(r *reader) error {
-	name := r.string()
-	all := &pb.ListSchemaRevisionsResponse{}
-	if r.err != nil {
-		return nil
-	}
-	if err := proto.Unmarshal(r.p, all); err != nil {
-		return fmt.Errorf("schema record: %w", err)
-	}
-	s := &schema{name: name}
-	for _, sp := range all.Schemas {
-		check, err := parseSchema(sp.Type, sp.Definition)
-		if err != nil {
-			return fmt.Errorf("schema %s revision %s no longer parses: %w", name, sp.RevisionId, err)
-		}
-		s.revs = append(s.revs, &schemaRev{proto: sp, check: check})
-	}
-	if len(s.revs) > 0 {
-		b.putSchemaLocked(s)
-	}
-	return nil
-}
-
-func (b *Broker) checkpointSchemas(emit func(typ byte, enc func([]byte) []byte) error) error {
-	for _, n := range slices.Sorted(maps.Keys(b.schemas)) {
-		if err := emit(recSchema, func(d []byte) []byte { return appendSchema(d, b.schemas[n]) }); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // checkSchema validates a publish against its topic's schema, if it has

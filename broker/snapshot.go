@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -117,58 +116,6 @@ func (b *Broker) seekSnapshotLocked(s *subscription, sn *snapshot) {
 		}
 	}
 	s.notify()
-}
-
-// appendSnap encodes a snapshot record: id, topic id (0: none), the
-// subscription whose backlog it took (0: its messages follow in recHeld
-// records, as in a checkpoint), the time it was taken, the Snapshot proto.
-func appendSnap(d []byte, sn *snapshot, subID uint64, taken int64) []byte {
-	var tid uint64
-	if sn.topic != nil {
-		tid = sn.topic.id
-	}
-	d = binary.AppendUvarint(d, sn.id)
-	d = binary.AppendUvarint(d, tid)
-	d = binary.AppendUvarint(d, subID)
-	d = binary.AppendVarint(d, taken)
-	return appendProto(d, sn.proto)
-}
-
-// applySnapRecord replays a recSnap: an update of an existing snapshot's
-// settings, or a new snapshot.
-func (b *Broker) applySnapRecord(r *reader) error {
-	id, tid, subID, taken := r.uvarint(), r.uvarint(), r.uvarint(), r.varint()
-	if r.err != nil {
-		return r.err
-	}
-	sp := &pb.Snapshot{}
-	if err := proto.Unmarshal(r.p, sp); err != nil {
-		return fmt.Errorf("snapshot record: %w", err)
-	}
-	if sn := b.snapByID[id]; sn != nil {
-		sn.proto = sp
-		return nil
-	}
-	if s := b.subByID[subID]; s != nil {
-		b.newSnapshotLocked(id, s, taken, sp)
-		return nil
-	}
-	b.putSnapshotLocked(id, b.topicByID[tid], sp)
-	return nil
-}
-
-// checkpointSnapshots writes every snapshot's settings; their messages go
-// into the recHeld records, which list snapshot IDs beside subscription IDs.
-func (b *Broker) checkpointSnapshots(emit func(typ byte, enc func([]byte) []byte) error, hold func(m *message, id uint64)) error {
-	for _, sn := range sortedByID(b.snapByID) {
-		if err := emit(recSnap, func(d []byte) []byte { return appendSnap(d, sn, 0, 0) }); err != nil {
-			return err
-		}
-		for i := 0; i < sn.msgs.len(); i++ {
-			hold(sn.msgs.at(i), sn.id)
-		}
-	}
-	return nil
 }
 
 // snapshot finds a live snapshot; b.mu must be held.

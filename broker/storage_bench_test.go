@@ -28,7 +28,7 @@ func BenchmarkStorage(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		w := newWAL(f, 0, false, slog.New(slog.DiscardHandler))
+		w := newWAL(f, 0, false, defaultCompactSize, slog.New(slog.DiscardHandler))
 		done := make(chan struct{})
 		go func() { w.run(); close(done) }()
 		var mu sync.Mutex // stands in for the broker's lock

@@ -53,8 +53,8 @@ func (b *Broker) openStore() error {
 			f.Close()
 			return err
 		}
-		b.wal = newWAL(f, end, b.opts.NoSync, b.log)
-		b.wal.compactAt = max(minCompactSize, 2*live)
+		b.wal = newWAL(f, end, b.opts.NoSync, b.opts.CompactSize, b.log)
+		b.wal.compactAt = max(b.wal.minCompact, 2*live)
 	}
 	held := 0
 	for _, s := range b.subByID {
@@ -223,7 +223,7 @@ func (b *Broker) compact() error {
 	// Renamed: from here on the new file is the log, whatever else fails.
 	w.f.Close()
 	w.f, w.size = f, size
-	w.compactAt = max(minCompactSize, 2*(size-int64(len(w.tail))))
+	w.compactAt = max(w.minCompact, 2*(size-int64(len(w.tail))))
 	// Everything appended so far is in the new file; a batch the writer
 	// took meanwhile belongs to the old one and is not written again.
 	w.tailing, w.tail = false, nil
@@ -254,7 +254,7 @@ func (b *Broker) createLog(path string) error {
 		}
 		return fmt.Errorf("broker: create log: %w", err)
 	}
-	b.wal = newWAL(f, 0, b.opts.NoSync, b.log)
+	b.wal = newWAL(f, 0, b.opts.NoSync, b.opts.CompactSize, b.log)
 	return nil
 }
 

@@ -15,8 +15,9 @@ import (
 // broker shuts down.
 var errClosed = errors.New("broker: closed")
 
-// minCompactSize is the smallest log that is worth compacting.
-const minCompactSize = 64 << 20
+// defaultCompactSize is the smallest log that is worth compacting, unless
+// Options.CompactSize says otherwise.
+const defaultCompactSize = 64 << 20
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
@@ -57,14 +58,16 @@ type wal struct {
 	tailing bool
 	tail    []byte
 
-	// compactAt is the file size that asks for a compaction on compact.
-	compactAt int64
-	compact   chan struct{}
+	// compactAt is the file size that asks for a compaction on compact;
+	// it is never below minCompact.
+	compactAt  int64
+	minCompact int64
+	compact    chan struct{}
 }
 
-func newWAL(f *os.File, size int64, noSync bool, log *slog.Logger) *wal {
+func newWAL(f *os.File, size int64, noSync bool, minCompact int64, log *slog.Logger) *wal {
 	return &wal{
-		noSync: noSync, log: log, f: f, size: size, compactAt: minCompactSize,
+		noSync: noSync, log: log, f: f, size: size, compactAt: minCompact, minCompact: minCompact,
 		done: make(chan struct{}), kick: make(chan struct{}, 1), compact: make(chan struct{}, 1),
 	}
 }

@@ -20,9 +20,10 @@ import (
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "host:port")
 	dataDir := flag.String("data-dir", "", "data directory")
+	compact := flag.Int64("compact-size", 0, "log size that starts a compaction (0: the broker's default)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	b, err := broker.New(broker.Options{DataDir: *dataDir, Logger: log, Now: time.Now})
+	b, err := broker.New(broker.Options{DataDir: *dataDir, CompactSize: *compact, Logger: log, Now: time.Now})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
