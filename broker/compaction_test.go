@@ -130,7 +130,7 @@ func buildEveryKind(t *testing.T, c *pubsub.Client, sc *pubsubapi.SchemaClient) 
 	seeked := createSub(t, c, &pb.Subscription{Topic: events.Name, RetainAckedMessages: true})
 	createSub(t, c, &pb.Subscription{Topic: dead, Labels: map[string]string{"kind": "push"},
 		RetryPolicy: &pb.RetryPolicy{MinimumBackoff: durationpb.New(2 * time.Second), MaximumBackoff: durationpb.New(time.Minute)},
-		PushConfig: &pb.PushConfig{PushEndpoint: "http://127.0.0.1:9/push", Attributes: map[string]string{"x-goog-version": "v1"}}})
+		PushConfig:  &pb.PushConfig{PushEndpoint: "http://127.0.0.1:9/push", Attributes: map[string]string{"x-goog-version": "v1"}}})
 	schemed := createSub(t, c, &pb.Subscription{Topic: orders.Name})
 
 	var msgs []*pubsub.Message
