@@ -174,8 +174,13 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 		return nil, err
 	}
 	o := &pebble.Options{
-		Lock:               lock,
-		Logger:             pebbleLog{opt.Logger},
+		Lock:   lock,
+		Logger: pebbleLog{opt.Logger},
+		// A corrupt file is reported here and then returned as an error by
+		// the read that found it; by default Pebble ends the process.
+		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
+			opt.Logger.Error("disk store: corrupt file", "path", info.Path, "err", info.Details)
+		}},
 		FS:                 opt.fs,
 		FormatMajorVersion: pebble.FormatNewest, // Excise needs virtual tables
 		// Small memtables: Pebble reuses a memtable's memory and its WAL
@@ -190,7 +195,7 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 	db, err := pebble.Open(path, o)
 	if err != nil {
 		lock.Close()
-		return nil, fmt.Errorf("open disk store %s: %w", path, err)
+		return nil, fmt.Errorf("open disk store %s: %w", path, advise(err))
 	}
 	w := &writer{
 		s: s, path: path, db: db, log: opt.Logger, every: opt.SweepEvery,
@@ -205,7 +210,7 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 	fail := func(err error) (*writer, error) {
 		db.Close()
 		lock.Close()
-		return nil, fmt.Errorf("open disk store %s: %w", path, err)
+		return nil, fmt.Errorf("open disk store %s: %w", path, advise(err))
 	}
 	if err := w.init(); err != nil {
 		return fail(err)
@@ -218,6 +223,18 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 	w.log.Info("disk store opened", "path", path, "keys", n, "took", time.Since(start).Round(time.Millisecond))
 	go w.loop()
 	return w, nil
+}
+
+// errCorrupt says what to do about a store whose files are damaged.
+var errCorrupt = errors.New("its files are corrupt: restore the folder from a backup, " +
+	"or move it aside and start with an empty horizon (copies of keys seen before then pass once)")
+
+// advise adds errCorrupt to a corruption error.
+func advise(err error) error {
+	if pebble.IsCorruptionError(err) {
+		return fmt.Errorf("%w (%w)", errCorrupt, err)
+	}
+	return err
 }
 
 // checkWritable creates and removes a file in the folder: Pebble opened
@@ -316,7 +333,7 @@ func (w *writer) load(ctx context.Context) (int, error) {
 	for ok := it.First(); ok; ok = it.Next() {
 		k, v := it.Key(), it.Value()
 		if len(k) != groupKeyLen || len(v)%recLen != 0 {
-			return 0, fmt.Errorf("corrupt group %x (%d bytes)", k, len(v))
+			return 0, fmt.Errorf("%w: group %x (%d bytes)", pebble.ErrCorruption, k, len(v))
 		}
 		n += len(v) / recLen
 		w.seq = max(w.seq, binary.BigEndian.Uint64(k[8:]))

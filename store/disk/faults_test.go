@@ -3,6 +3,7 @@ package disk
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"io"
 	"os"
 	"os/exec"
@@ -150,5 +151,72 @@ func TestReadOnlyFolder(t *testing.T) {
 	}
 	if n := strings.Count(out, "\n"); n > 3 {
 		t.Errorf("Open wrote %d lines, want only the error:\n%s", n, tail(out, 2000))
+	}
+}
+
+// corruptStore makes a store with keys in a table file and a manifest,
+// closed, and returns its path.
+func corruptStore(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "db")
+	s, err := Open(context.Background(), path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i := range 2000 {
+		if err := s.Commit(context.Background(), dedup.KeyOf(strconv.Itoa(i)), "m", now.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.w.db.Flush(); err != nil { // into a table file
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// scribble overwrites the middle of the first file matching pattern in
+// path with random bytes.
+func scribble(t *testing.T, path, pattern string) string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(path, pattern))
+	if len(files) == 0 {
+		t.Fatalf("no %s in %s", pattern, path)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, len(b)/2)
+	rand.Read(junk)
+	copy(b[len(b)/4:], junk)
+	if err := os.WriteFile(files[0], b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return files[0]
+}
+
+// TestCorruptFiles: random bytes in a table file or the manifest are one
+// readable error at Open that says what to do, never a panic.
+func TestCorruptFiles(t *testing.T) {
+	for _, pattern := range []string{"*.sst", "MANIFEST-*"} {
+		t.Run(pattern, func(t *testing.T) {
+			path := corruptStore(t)
+			file := scribble(t, path, pattern)
+			out, _ := openAs(t, path, false)
+			t.Logf("%s", tail(out, 3000))
+			line, _, _ := strings.Cut(out, "\n")
+			if strings.Contains(out, "panic") || !strings.HasPrefix(line, "open error: ") {
+				t.Fatalf("Open with a corrupt %s: %q, want one error, no panic", filepath.Base(file), tail(out, 3000))
+			}
+			for _, want := range []string{path, "corrupt", "restore the folder from a backup", "move it aside", "empty horizon"} {
+				if !strings.Contains(line, want) {
+					t.Errorf("error %q: want it to say %q", line, want)
+				}
+			}
+		})
 	}
 }
