@@ -79,6 +79,10 @@ func subscribe(ctx context.Context, sub *pubsub.Subscriber, w io.Writer, asJSON 
 	defer cancel()
 	if count > 0 {
 		sub.ReceiveSettings.MaxOutstandingMessages = count
+		// The client may hold messages it fetched and not yet handed to
+		// the callback when the count is reached: they go back at once
+		// instead of waiting out their ack deadline.
+		sub.ReceiveSettings.ShutdownOptions = &pubsub.ShutdownOptions{Behavior: pubsub.ShutdownBehaviorNackImmediately, Timeout: stopGrace}
 	}
 	var (
 		mu      sync.Mutex // orders lines and guards printed and werr

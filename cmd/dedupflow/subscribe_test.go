@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,5 +92,48 @@ func TestSubscribeFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("subscribe %v: %v, want an error mentioning %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestSubscribeCountNacksTheRest: subscribe --count 1 hands back at once
+// the messages it fetched but did not print, so the next reader gets them
+// now, not after the 60 s ack deadline.
+func TestSubscribeCountNacksTheRest(t *testing.T) {
+	_, _, c := serveTestBroker(t, "p")
+	ctx := context.Background()
+	topic := pubsubio.Name{Project: "p", Kind: "topics", ID: "tail"}
+	sub := pubsubio.Name{Project: "p", Kind: "subscriptions", ID: "tail-sub"}
+	if err := pubsubio.EnsureTopic(ctx, c, topic); err != nil {
+		t.Fatal(err)
+	}
+	if err := pubsubio.EnsureSubscription(ctx, c, sub, topic, 60); err != nil {
+		t.Fatal(err)
+	}
+	pub := c.Publisher(topic.String())
+	for i := range 5 {
+		if _, err := pub.Publish(ctx, &pubsub.Message{Data: []byte{'0' + byte(i)}}).Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub.Stop()
+	var stdout, stderr testenv.Buffer
+	if err := run(ctx, []string{"subscribe", "--project", "p", "--subscription", sub.ID, "--count", "1"}, &stdout, &stderr); err != nil {
+		t.Fatalf("subscribe: %v\n%s", err, &stderr)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	got := map[string]bool{}
+	_ = c.Subscriber(sub.String()).Receive(rctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		mu.Lock()
+		defer mu.Unlock()
+		got[string(m.Data)] = true
+		if len(got) == 4 {
+			cancel()
+		}
+	})
+	if len(got) != 4 {
+		t.Errorf("within 15 s of subscribe --count 1, %d of the 4 messages it did not print came back", len(got))
 	}
 }
