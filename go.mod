@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	cloud.google.com/go/pubsub/v2 v2.9.0
 	github.com/Shopify/toxiproxy/v2 v2.5.0
+	github.com/agnivade/levenshtein v1.2.2
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
 	github.com/bufbuild/protocompile v0.14.1
 	github.com/chromedp/cdproto v0.159.0

@@ -7,8 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/agnivade/levenshtein"
 
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/internal/redact"
@@ -50,7 +53,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 		if set[f.Name] || err != nil {
 			return
 		}
-		env := "DEDUPFLOW_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		if v, ok := os.LookupEnv(env); ok {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", env, v, e)
@@ -93,9 +96,51 @@ func (f durationFlag) Set(s string) error {
 	return nil
 }
 
-type logFlags struct{ format, level string }
+// envName is the variable a flag is read from when not given.
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+const envPrefix = "DEDUPFLOW_"
+
+// testVariables are the DEDUPFLOW_* variables the tests read (README,
+// "Tests"): CI sets them around the commands it runs, so they are not
+// mistakes.
+var testVariables = []string{"DEDUPFLOW_REDIS_URL", "DEDUPFLOW_POSTGRES_URL", "DEDUPFLOW_EMULATOR_HOST",
+	"DEDUPFLOW_CHROMIUM", "DEDUPFLOW_NODE_DIR", "DEDUPFLOW_PYTHON", "DEDUPFLOW_REDIS_SERVER", "DEDUPFLOW_SPRING_JAR",
+	"DEDUPFLOW_BEAM_JAR", "DEDUPFLOW_REQUIRE_SERVERS", "DEDUPFLOW_IMAGE", "DEDUPFLOW_UPDATE_SCREENSHOT",
+	"DEDUPFLOW_CRASH_KEYS", "DEDUPFLOW_CRASH_SEED", "DEDUPFLOW_BENCH_KEYS", "DEDUPFLOW_BENCH_FILE", "DEDUPFLOW_BENTO",
+	"DEDUPFLOW_DISK_KILL_CHILD"}
+
+// warnUnread warns about each DEDUPFLOW_* variable in env that no flag of
+// fs reads, naming the nearest one that a flag does: a misspelt
+// DEDUPFLOW_STAT would otherwise leave every replica on its own memory
+// store without a word.
+func warnUnread(log *slog.Logger, fs *flag.FlagSet, env []string) {
+	known := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix) || known[name] || slices.Contains(testVariables, name) {
+			continue
+		}
+		nearest, best := "", -1
+		for k := range known {
+			if d := levenshtein.ComputeDistance(name, k); best < 0 || d < best || d == best && k < nearest {
+				nearest, best = k, d
+			}
+		}
+		log.Warn("environment variable ignored: no flag of this command reads it", "variable", name, "nearest", nearest, "command", fs.Name())
+	}
+}
+
+type logFlags struct {
+	format, level string
+	fs            *flag.FlagSet // the command's, whose variables the logger checks
+}
 
 func (l *logFlags) register(fs *flag.FlagSet) {
+	l.fs = fs
 	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
 	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn or error")
 }
@@ -107,13 +152,19 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	}
 	// Every line masks the passwords of the URLs it names.
 	o := &slog.HandlerOptions{Level: lv, ReplaceAttr: redact.Attr}
+	var log *slog.Logger
 	switch l.format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, o)), nil
+		log = slog.New(slog.NewTextHandler(w, o))
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, o)), nil
+		log = slog.New(slog.NewJSONHandler(w, o))
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", l.format)
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", l.format)
+	if l.fs != nil {
+		warnUnread(log, l.fs, os.Environ())
+	}
+	return log, nil
 }
 
 // clientProject is the project a client is made for: --project, or else

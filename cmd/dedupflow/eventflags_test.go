@@ -98,3 +98,24 @@ func TestDurationFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestUnreadVariableWarned: a DEDUPFLOW_* variable that no flag of the
+// command reads is named in a warning with the nearest one a flag reads;
+// the command's own variables and the tests' are not.
+func TestUnreadVariableWarned(t *testing.T) {
+	t.Setenv("DEDUPFLOW_STAT", "redis://:pw@x:6379/0")
+	t.Setenv("DEDUPFLOW_HORIZON", "2m")
+	t.Setenv("DEDUPFLOW_REDIS_URL", "redis://127.0.0.1:1/0")
+	var stderr strings.Builder
+	err := run(t.Context(), []string{"pipeline", "--sink", "stdout"}, io.Discard, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "missing input") {
+		t.Fatalf("pipeline without input: %v", err)
+	}
+	log := stderr.String()
+	if !strings.Contains(log, "variable=DEDUPFLOW_STAT nearest=DEDUPFLOW_STATE") {
+		t.Errorf("no warning naming DEDUPFLOW_STAT and DEDUPFLOW_STATE:\n%s", log)
+	}
+	if strings.Contains(log, "DEDUPFLOW_HORIZON") || strings.Contains(log, "DEDUPFLOW_REDIS_URL") || strings.Contains(log, "pw@") {
+		t.Errorf("warned about a variable the command or the tests read, or showed a value:\n%s", log)
+	}
+}
