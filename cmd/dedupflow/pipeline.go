@@ -63,7 +63,7 @@ func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) e
 
 // runJob wires and runs the pipeline until ctx is done; --sink stdout
 // writes to stdout. started, if set, gets the pipeline once it receives.
-func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Writer, log *slog.Logger, started func(*pipeline.Pipeline)) error {
+func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Writer, log *slog.Logger, started func(*pipeline.Pipeline)) (err error) {
 	if err := checkResources(ctx, c, cfg); err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	defer closeStore()
+	defer func() { closeStore(err != nil) }()
 	opt := cfg.dedup
 	opt.Now = time.Now
 	dd, err := dedup.New(st, opt)

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -16,6 +19,7 @@ import (
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/dedupflow/dedupflow/store/disk"
 )
 
 // TestPipelineFlagsBeforeConnecting: a bad or misplaced flag is refused
@@ -218,5 +222,43 @@ func TestOutputLabel(t *testing.T) {
 		if got := cfg.outputLabel(); got != tc.want {
 			t.Errorf("%q: output %q, want %q", tc.args, got, tc.want)
 		}
+	}
+}
+
+// TestPipelineFailedStartLeavesNoStore: a start that fails after the disk
+// store opened (the metrics port is taken) removes the store folder it
+// created, and keeps one that was there before.
+func TestPipelineFailedStartLeavesNoStore(t *testing.T) {
+	startInput(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := filepath.Join(t.TempDir(), "horizon")
+	start := func() error {
+		var stdout, stderr testenv.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		return run(ctx, []string{"pipeline", "--project", "test", "--input-subscription", "input-sub", "--sink", "stdout",
+			"--state", "file:" + dir, "--metrics-addr", ln.Addr().String()}, &stdout, &stderr)
+	}
+	if err := start(); err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("pipeline with its metrics port taken: %v, want address already in use", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("after the failed start, the store folder: %v, want it gone", err)
+	}
+	// A folder that was there before is the user's: it stays.
+	s, err := disk.Open(context.Background(), dir, disk.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := start(); err == nil {
+		t.Fatal("second start: no error")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "LOCK")); err != nil {
+		t.Fatalf("a store folder that existed before the failed start: %v, want it kept", err)
 	}
 }

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -36,15 +39,33 @@ func parseState(spec string, horizon time.Duration) (stateSpec, error) {
 	return s, nil
 }
 
-// openState opens the store of --state for the dedup options o.
-func openState(ctx context.Context, s stateSpec, o dedup.Options, log *slog.Logger) (dedup.Store, func(), error) {
+// openState opens the store of --state for the dedup options o. Its close
+// takes whether the start failed: a disk store folder this start created
+// and that holds no key is then removed, so a failed start (a metrics port
+// in use) leaves no empty store behind.
+func openState(ctx context.Context, s stateSpec, o dedup.Options, log *slog.Logger) (dedup.Store, func(failed bool), error) {
+	created := false
+	if s.path != "" {
+		_, err := os.Stat(s.path)
+		created = errors.Is(err, fs.ErrNotExist)
+	}
 	st, c, err := store.Open(ctx, s.spec, store.Options{Logger: log, Horizon: o.Horizon, EventTime: o.Domain == dedup.EventTime})
 	if err != nil {
+		if created {
+			_ = os.RemoveAll(s.path) // what Open made before it failed
+		}
 		return nil, nil, err
 	}
-	return st, func() {
+	return st, func(failed bool) {
+		l, counts := st.(interface{ Len() int })
+		empty := counts && l.Len() == 0
 		if err := c.Close(); err != nil {
 			log.Warn("closing the dedup store", "err", err)
+		}
+		if failed && created && empty {
+			if err := os.RemoveAll(s.path); err != nil {
+				log.Warn("removing the empty store folder of a failed start", "path", s.path, "err", err)
+			}
 		}
 	}, nil
 }

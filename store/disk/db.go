@@ -163,6 +163,9 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
 		return nil, fmt.Errorf("open disk store %s: it is a file; the disk store keeps a directory there (give a new path, or remove the file)", path)
 	}
+	if err := checkFolder(path); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("open disk store %s: %w", path, err)
 	}
@@ -237,11 +240,40 @@ func advise(err error) error {
 	return err
 }
 
+// checkFolder refuses a folder that holds files but no store: Pebble
+// would write its files among them, and a typo in --state could put a
+// store in someone's home folder.
+func checkFolder(path string) error {
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil // none yet, or a file: MkdirAll says which
+	}
+	var other []string
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case n == "CURRENT", strings.HasPrefix(n, "MANIFEST-"), strings.HasPrefix(n, "marker.manifest."):
+			return nil
+		case n == "LOCK", strings.HasPrefix(n, writeCheck): // left by an open that failed
+		default:
+			other = append(other, n)
+		}
+	}
+	if len(other) == 0 {
+		return nil
+	}
+	return fmt.Errorf("open disk store %s: the folder holds %d other files (%s) and no disk store; "+
+		"give a new or empty folder for the store", path, len(other), strings.Join(other[:min(3, len(other))], ", "))
+}
+
+// writeCheck starts the name of the file checkWritable creates.
+const writeCheck = ".write-check-"
+
 // checkWritable creates and removes a file in the folder: Pebble opened
 // on a folder it cannot write retries its background writes forever,
 // logging each failure, and never returns.
 func checkWritable(path string) error {
-	f, err := os.CreateTemp(path, ".write-check-*")
+	f, err := os.CreateTemp(path, writeCheck+"*")
 	if err != nil {
 		return fmt.Errorf("open disk store %s: the store needs write access to its folder, as user %d: %w "+
 			"(give this user write access to it, or use another folder)", path, os.Geteuid(), errors.Unwrap(err))

@@ -220,3 +220,25 @@ func TestCorruptFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestForeignFolder: a folder that holds other files is refused before the
+// store writes anything into it; an empty folder and a store folder open.
+func TestForeignFolder(t *testing.T) {
+	home := t.TempDir()
+	for _, f := range []string{"notes.txt", "photo.jpg"} {
+		if err := os.WriteFile(filepath.Join(home, f), []byte("mine"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := Open(context.Background(), home, Options{})
+	if err == nil || !strings.Contains(err.Error(), "holds 2 other files (notes.txt, photo.jpg) and no disk store") {
+		t.Fatalf("Open of a folder with other files: %v, want a refusal naming them", err)
+	}
+	if entries, _ := os.ReadDir(home); len(entries) != 2 {
+		t.Fatalf("the refused folder holds %d files, want its own 2", len(entries))
+	}
+	empty := t.TempDir()
+	s := open(t, empty, Options{})
+	s.Close()
+	open(t, empty, Options{}) // now a store folder
+}
