@@ -39,6 +39,7 @@ func (b *Broker) putTopicLocked(id uint64, tp *pb.Topic) *topic {
 // with the topic shown as "_deleted-topic_", as in the service.
 func (b *Broker) deleteTopicLocked(t *topic) {
 	b.logDelete(recTopicDel, t.id)
+	b.dropPolicyLocked(t.proto.Name)
 	for _, s := range t.subs {
 		s.topic = nil
 		s.proto.Topic = deletedTopic
@@ -84,6 +85,7 @@ func (b *Broker) putSubLocked(id uint64, t *topic, firstSeq uint64, sp *pb.Subsc
 
 func (b *Broker) deleteSubLocked(s *subscription) {
 	b.logDelete(recSubDel, s.id)
+	b.dropPolicyLocked(s.proto.Name)
 	b.resetSubLocked(s)
 	if s.topic != nil {
 		delete(s.topic.subs, s.id)

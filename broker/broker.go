@@ -14,8 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	"cloud.google.com/go/iam/apiv1/iampb"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/limits"
+	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 )
@@ -70,8 +72,9 @@ type Broker struct {
 	snaps     map[string]*snapshot
 	snapByID  map[uint64]*snapshot
 	schemas   map[string]*schema
-	nextSeq   uint64 // next message ID
-	nextID    uint64 // next internal topic/subscription ID
+	policies  map[string]*iampb.Policy // IAM, by resource name
+	nextSeq   uint64                   // next message ID
+	nextID    uint64                   // next internal topic/subscription ID
 	nextLease uint64
 	timers    timerHeap
 	replaying bool
@@ -229,9 +232,14 @@ func (b *Broker) Serve(lis net.Listener) error {
 // services are the implementations that gRPC and REST requests reach.
 func (b *Broker) services() []service {
 	return []service{
-		{&pb.Publisher_ServiceDesc, &b.pub},
-		{&pb.Subscriber_ServiceDesc, &b.sub},
-		{&pb.SchemaService_ServiceDesc, &schemaServer{b: b}},
+		{desc: &pb.Publisher_ServiceDesc, impl: &b.pub},
+		{desc: &pb.Subscriber_ServiceDesc, impl: &b.sub},
+		{desc: &pb.SchemaService_ServiceDesc, impl: &schemaServer{b: b}},
+		// The IAM proto binds POST only; Pub/Sub's REST API reads a
+		// policy with GET.
+		{desc: &iampb.IAMPolicy_ServiceDesc, impl: &iamServer{b: b}, more: map[string][]*annotations.HttpRule{
+			"GetIamPolicy": {{Pattern: &annotations.HttpRule_Get{Get: "/v1/{resource=**}:getIamPolicy"}}},
+		}},
 	}
 }
 

@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/iam/apiv1/iampb"
 	"cloud.google.com/go/pubsub/v2"
 	pubsubapi "cloud.google.com/go/pubsub/v2/apiv1"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/api/iterator"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -180,6 +182,14 @@ func buildEveryKind(t *testing.T, c *pubsub.Client, sc *pubsubapi.SchemaClient) 
 		Target: &pb.SeekRequest_Time{Time: timestamppb.New(time.Unix(1, 0))}}); err != nil {
 		t.Fatal(err)
 	}
+	snaps := collect(t, c.SubscriptionAdminClient.ListSnapshots(ctx, &pb.ListSnapshotsRequest{Project: parent}))
+	for i, ic := range []iamClient{c.TopicAdminClient, c.SubscriptionAdminClient, c.SubscriptionAdminClient, sc} {
+		name := []string{events.Name, full.Name, snaps[0].Name, sch.Name}[i]
+		pol := &iampb.Policy{Bindings: []*iampb.Binding{{Role: "roles/pubsub.editor", Members: []string{"user:ada@example.com", "group:ops@example.com"}}}}
+		if _, err := ic.SetIamPolicy(ctx, &iampb.SetIamPolicyRequest{Resource: name, Policy: pol}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	subs := []string{full.Name, exact.Name, seeked.Name, schemed.Name}
 	return func(t *testing.T, c *pubsub.Client) map[string]*pb.PullResponse {
 		out := map[string]*pb.PullResponse{}
@@ -261,8 +271,25 @@ func observe(t *testing.T, c *pubsub.Client, sc *pubsubapi.SchemaClient) map[str
 		}
 		out[s.Name+" revisions"] = collect(t, sc.ListSchemaRevisions(ctx, &pb.ListSchemaRevisionsRequest{Name: s.Name, View: pb.SchemaView_FULL}))
 	}
-	if len(topics) < 4 || len(subs) < 5 || len(snaps) < 1 || len(schemas) < 2 {
-		t.Fatalf("%d topics, %d subscriptions, %d snapshots, %d schemas: fewer than were created", len(topics), len(subs), len(snaps), len(schemas))
+	policies := 0
+	for name, v := range out {
+		if _, ok := v.(proto.Message); !ok || strings.Contains(name, " ") {
+			continue
+		}
+		var ic iamClient = c.TopicAdminClient
+		switch strings.Split(name, "/")[2] {
+		case "subscriptions", "snapshots":
+			ic = c.SubscriptionAdminClient
+		case "schemas":
+			ic = sc
+		}
+		p, err := ic.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: name})
+		must(t, err)
+		out[name+" policy"] = p
+		policies += len(p.Bindings)
+	}
+	if len(topics) < 4 || policies < 4 || len(subs) < 5 || len(snaps) < 1 || len(schemas) < 2 {
+		t.Fatalf("%d topics, %d subscriptions, %d snapshots, %d schemas, %d IAM bindings: fewer than were created", len(topics), len(subs), len(snaps), len(schemas), policies)
 	}
 	return out
 }

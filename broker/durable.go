@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"cloud.google.com/go/iam/apiv1/iampb"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -33,6 +34,7 @@ const (
 	recSeekSnap  byte = 12 // sub id, snapshot id
 	recSchema    byte = 13 // schema name, all its revisions (see appendSchema)
 	recSchemaDel byte = 14 // schema name
+	recPolicy    byte = 15 // resource name, IAM Policy proto
 	maxRecordLen      = 64 << 20
 )
 
@@ -62,6 +64,7 @@ var recordKinds = []recordKind{
 	{typ: recSubDel, name: "subscription deletion", apply: applySubDel, folded: "subscription"},
 	{typ: recSnap, name: "snapshot", apply: applySnap, save: saveSnaps},
 	{typ: recSnapDel, name: "snapshot deletion", apply: applySnapDel, folded: "snapshot"},
+	{typ: recPolicy, name: "IAM policy", apply: applyPolicy, save: savePolicies},
 	{typ: recPublish, name: "publish", apply: applyPublish, folded: "held message"},
 	{typ: recAck, name: "ack", apply: applyAck, folded: "held message"},
 	{typ: recSeek, name: "seek", apply: applySeek, folded: "held message"},
@@ -365,4 +368,27 @@ func applySeekSnap(b *Broker, r *reader) error {
 		b.seekSnapshotLocked(s, sn)
 	}
 	return nil
+}
+
+func appendPolicy(d []byte, resource string, p *iampb.Policy) []byte {
+	return appendProto(appendString(d, resource), p)
+}
+
+func applyPolicy(b *Broker, r *reader) error {
+	resource := r.string()
+	p := &iampb.Policy{}
+	if r.err != nil {
+		return nil
+	}
+	if err := proto.Unmarshal(r.p, p); err != nil {
+		return err
+	}
+	b.putPolicyLocked(resource, p)
+	return nil
+}
+
+func savePolicies(b *Broker, cp *capture) {
+	for _, n := range slices.Sorted(maps.Keys(b.policies)) {
+		cp.emit(recPolicy, func(d []byte) []byte { return appendPolicy(d, n, b.policies[n]) })
+	}
 }

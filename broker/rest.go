@@ -35,10 +35,12 @@ import (
 // base64 and JSON.
 const restBodyBytes = limits.RequestBytes*4/3 + 1<<20
 
-// service is a gRPC service and its implementation.
+// service is a gRPC service and its implementation, with REST bindings
+// beyond those its descriptor declares, by method name.
 type service struct {
 	desc *grpc.ServiceDesc
 	impl any
+	more map[string][]*annotations.HttpRule
 }
 
 // restRoute is one binding of an RPC to an HTTP method and path template.
@@ -80,7 +82,8 @@ func restRoutes(services []service) ([]*restRoute, error) {
 			}
 			impl, h := svc.impl, m.Handler
 			call := func(ctx context.Context, dec func(any) error) (any, error) { return h(impl, ctx, dec, nil) }
-			for _, r := range append([]*annotations.HttpRule{rule}, rule.AdditionalBindings...) {
+			rules := append([]*annotations.HttpRule{rule}, rule.AdditionalBindings...)
+			for _, r := range append(rules, svc.more[m.MethodName]...) {
 				rt, err := newRoute(r)
 				if err != nil {
 					return nil, fmt.Errorf("broker: REST binding of %s: %w", md.FullName(), err)

@@ -468,6 +468,7 @@ func (b *Broker) putSchemaLocked(s *schema) {
 // and show the schema as "_deleted-schema_", as the service does.
 func (b *Broker) deleteSchemaLocked(s *schema) {
 	delete(b.schemas, s.name)
+	b.dropPolicyLocked(s.name)
 	b.logRecord(recSchemaDel, func(d []byte) []byte { return appendString(d, s.name) })
 	for _, t := range b.topicByID {
 		if ss := t.proto.SchemaSettings; ss != nil && ss.Schema == s.name {

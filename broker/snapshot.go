@@ -76,6 +76,7 @@ func (b *Broker) putSnapshotLocked(id uint64, t *topic, sp *pb.Snapshot) *snapsh
 
 func (b *Broker) deleteSnapshotLocked(sn *snapshot) {
 	b.logDelete(recSnapDel, sn.id)
+	b.dropPolicyLocked(sn.proto.Name)
 	delete(b.snaps, sn.proto.Name)
 	delete(b.snapByID, sn.id)
 	if sn.topic != nil {
