@@ -71,6 +71,11 @@
 // is checked as strictly as Google's emulator does (every field present,
 // unions wrapped), Avro binary by decoding it.
 //
+// IAM (iam.go): google.iam.v1.IAMPolicy for topics, subscriptions,
+// snapshots and schemas. Policies are stored with etags, logged, and
+// deleted with their resource, but not enforced: the broker knows no
+// caller's identity.
+//
 // Not supported: BigQuery/Cloud Storage subscriptions, ingestion sources;
 // those calls answer Unimplemented.
 //
@@ -146,7 +151,10 @@
 // about twice the live state, runs in the background without stopping the
 // broker (the state is captured under the lock as pointers to the immutable
 // messages, the checkpoint is written outside it, and what was logged
-// meanwhile follows it in the new file). Ack IDs count on from the start
+// meanwhile follows it in the new file). What the log holds is one table
+// (durable.go): per record kind its encoding, its replay, and what a
+// checkpoint saves of it; replay and compaction both walk that table, so a
+// new kind cannot be forgotten by one of them. Ack IDs count on from the start
 // time, so an ack sent to the previous process cannot match a lease of this
 // one.
 //
