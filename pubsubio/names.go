@@ -48,6 +48,9 @@ func parseName(project, s, kind string) (Name, error) {
 	if n.Project == "" {
 		return Name{}, fmt.Errorf("%s %q needs a project: pass --project or a full projects/P/%s/ID name", single, s, kind)
 	}
+	if err := limits.Project(n.Project); err != nil {
+		return Name{}, fmt.Errorf("%s %q: %w", single, s, err)
+	}
 	if err := limits.ID(n.ID); err != nil {
 		return Name{}, fmt.Errorf("%s %q: %w", single, s, err)
 	}

@@ -49,4 +49,12 @@ func TestNames(t *testing.T) {
 	if _, err := TopicName("home", "1events"); !errors.Is(err, limits.ErrID) {
 		t.Errorf("an ID that starts with a digit: %v, want limits.ErrID", err)
 	}
+	for _, project := range []string{"P!", "My-Project"} {
+		if _, err := TopicName(project, "events"); !errors.Is(err, limits.ErrProject) {
+			t.Errorf("project %q: %v, want limits.ErrProject", project, err)
+		}
+	}
+	if _, err := SubscriptionName("home", "projects/P!/subscriptions/events"); !errors.Is(err, limits.ErrProject) {
+		t.Errorf("a full name in project P!: %v, want limits.ErrProject", err)
+	}
 }
