@@ -43,6 +43,7 @@ func (b *Broker) deleteTopicLocked(t *topic) {
 	for _, s := range t.subs {
 		s.topic = nil
 		s.proto.Topic = deletedTopic
+		s.proto.TopicMessageRetentionDuration = nil
 	}
 	detachSnapshotsLocked(t)
 	delete(b.topics, t.proto.Name)

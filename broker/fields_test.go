@@ -190,6 +190,12 @@ func TestTopicRetentionOnSubscription(t *testing.T) {
 	if got := retention(); fmt.Sprint(got) != "[3h0m0s 3h0m0s]" {
 		t.Errorf("after the topic's update: %v, want 3h", got)
 	}
+	if err := c.TopicAdminClient.DeleteTopic(ctx, &pb.DeleteTopicRequest{Topic: topic}); err != nil {
+		t.Fatal(err)
+	}
+	if got := retention(); fmt.Sprint(got) != "[0s 0s]" {
+		t.Errorf("after the topic's deletion: %v, want none", got)
+	}
 }
 
 // TestDefaultExpiration: without an expiration policy a subscription gets
