@@ -49,8 +49,13 @@ func collect(t testing.TB, c *pubsub.Client, sub string) *output {
 	}()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("receive %s: %v", sub, err)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("receive %s: %v", sub, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("receive %s: still running 30 s after its context ended", sub)
 		}
 	})
 	return o

@@ -1,6 +1,7 @@
 package examples
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -10,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
 	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 var (
-	reTomcat   = regexp.MustCompile(`Tomcat started on port (\d+)`)
+	reTomcat   = regexp.MustCompile(`Tomcat started on port(?:\(s\):)? (\d+)`) // Spring Boot 3, and 2 with "(s):"
 	reReceived = regexp.MustCompile(`(?m)^received ".*$`)
 )
 
@@ -24,11 +27,17 @@ var (
 // 3 and 4 with key 456 through the app's web form, and sees the app's
 // consumer print Message 1 and Message 2 only, while the console counts
 // the two republishes.
+//
+// It runs the app twice: on Spring Boot 3 with the binder of today, and on
+// the tutorial's Spring Boot 2.2.4 with the last 1.2.x of its binder.
 func TestSpringTutorialApp(t *testing.T) {
-	jar := testenv.SpringTutorialJar(t)
 	java := testenv.Tool(t, "java")
 	bin := buildDedupflow(t)
+	t.Run("boot3", func(t *testing.T) { runSpringTutorial(t, java, testenv.SpringTutorialJar(t), bin) })
+	t.Run("boot2.2", func(t *testing.T) { runSpringTutorial(t, java, testenv.SpringTutorial2020Jar(t), bin) })
+}
 
+func runSpringTutorial(t *testing.T, java, jar, bin string) {
 	up := start(t, nil, bin, "up", "--broker-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0",
 		"--metrics-addr", "127.0.0.1:0")
 	broker := up.waitFor(t, reEmulator, 30*time.Second)
@@ -73,5 +82,40 @@ func TestSpringTutorialApp(t *testing.T) {
 	}
 	if s := app.out.String(); strings.Contains(s, " ERROR ") {
 		t.Errorf("the app logged an error:\n%s", s)
+	}
+}
+
+// TestSpringTutorialAppCreatesItsTopics starts the app against a broker
+// that has nothing yet: the binder creates both topics and the consumer's
+// subscription, so the app does not depend on `up` making them first.
+func TestSpringTutorialAppCreatesItsTopics(t *testing.T) {
+	java := testenv.Tool(t, "java")
+	jar := testenv.SpringTutorialJar(t)
+	bin := buildDedupflow(t)
+	broker := start(t, nil, bin, "broker", "--listen", "127.0.0.1:0")
+	addr := broker.waitFor(t, reEmulator, 30*time.Second)
+	app := start(t, nil, java, "-jar", jar, "--spring.cloud.gcp.pubsub.emulator-host="+addr, "--server.port=0")
+	app.waitFor(t, regexp.MustCompile(`(Started App) in`), 3*time.Minute)
+
+	c := client(t, "dedupflow-demo", addr)
+	ctx := context.Background()
+	for _, topic := range []string{"topicToDataflow", "topicFromDataflow"} {
+		if _, err := c.TopicAdminClient.GetTopic(ctx, &pb.GetTopicRequest{Topic: "projects/dedupflow-demo/topics/" + topic}); err != nil {
+			t.Errorf("topic %s: %v", topic, err)
+		}
+	}
+	sub, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pb.GetSubscriptionRequest{
+		Subscription: "projects/dedupflow-demo/subscriptions/topicFromDataflow.subscriptionFromDataflow"})
+	if err != nil {
+		t.Fatalf("the consumer's subscription: %v", err)
+	}
+	if want := "projects/dedupflow-demo/topics/topicFromDataflow"; sub.Topic != want {
+		t.Errorf("the consumer's subscription is on %s, want %s", sub.Topic, want)
+	}
+	if code := app.stop(t, syscall.SIGTERM); code != 143 {
+		t.Errorf("the app exited %d after SIGTERM, want 143", code)
+	}
+	if code := broker.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("dedupflow broker exited %d after SIGTERM", code)
 	}
 }

@@ -132,6 +132,8 @@ mvnpackage() { # folder
 }
 mvnpackage examples/spring-tutorial
 export DEDUPFLOW_SPRING_JAR="$root/examples/spring-tutorial/target/spring-tutorial.jar"
+mvnpackage examples/spring-tutorial-2020
+export DEDUPFLOW_SPRING2020_JAR="$root/examples/spring-tutorial-2020/target/spring-tutorial-2020.jar"
 mvnpackage examples/beam-reference
 export DEDUPFLOW_BEAM_JAR="$root/examples/beam-reference/target/beam-reference.jar"
 

@@ -74,6 +74,12 @@ func SpringTutorialJar(t testing.TB) string {
 	return need(t, "DEDUPFLOW_SPRING_JAR", "the tutorial's Spring app (mvn package in examples/spring-tutorial)")
 }
 
+// SpringTutorial2020Jar is the runnable jar of examples/spring-tutorial-2020,
+// the same app on the tutorial's Spring Boot 2.2 (mvn package).
+func SpringTutorial2020Jar(t testing.TB) string {
+	return need(t, "DEDUPFLOW_SPRING2020_JAR", "the tutorial's Spring app on Boot 2.2 (mvn package in examples/spring-tutorial-2020)")
+}
+
 // BeamReferenceJar is the runnable jar of examples/beam-reference, the
 // tutorial's job on Beam's DirectRunner (mvn package).
 func BeamReferenceJar(t testing.TB) string {
