@@ -1,8 +1,12 @@
 package pipeline_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
@@ -89,5 +94,77 @@ func TestDeadLetterAtPubSubLimits(t *testing.T) {
 	reason := long.attrs[pipeline.AttrError]
 	if len(reason) > 1024 || !utf8.ValidString(reason) || !strings.Contains(reason, "malformed") {
 		t.Fatalf("reason of %d bytes, valid UTF-8 %v: want at most 1024 bytes naming the fault", len(reason), utf8.ValidString(reason))
+	}
+}
+
+// A message near Pub/Sub's 10 MB that the output refuses (the output id
+// attribute takes it over the limit) is dead-lettered, not nacked forever:
+// without its data, which does not fit beside the reason, but with its
+// attributes, the reason and the data's size.
+func TestDeadLetterNearTenMegabytes(t *testing.T) {
+	addr := brokerHost(t)
+	r := newRig(t, pubsubio.Insecure(addr), rigOpts{deadLetter: true, cfg: pipeline.Config{
+		Rule: dedup.Rule{IDAttribute: "key"}, OutputIDAttribute: "dedup_key"}})
+	r.start()
+	// With key=k1, 9,999,995 bytes, as the broker takes through REST (the
+	// Go client's bundles stop short of it).
+	body, _ := json.Marshal(map[string]any{"messages": []map[string]any{{
+		"data": base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("x"), 9_999_990)), "attributes": map[string]string{"key": "k1"}}}})
+	resp, err := http.Post("http://"+addr+"/v1/"+r.in.String()+":publish", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var published struct {
+		MessageIDs []string `json:"messageIds"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&published)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || len(published.MessageIDs) != 1 {
+		t.Fatalf("publish of 9,999,995 bytes through REST: %d, %v", resp.StatusCode, err)
+	}
+	id := published.MessageIDs[0]
+	c := r.waitCounts("the dead letter", func(c pipeline.Counts) bool { return c.DeadLettered == 1 })
+	if c.Emitted != 0 {
+		t.Fatalf("counts %+v: the output took a message over the limit", c)
+	}
+	dl := r.drain(r.dlSub, 1, 300*time.Millisecond)
+	if len(dl) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dl))
+	}
+	a := dl[0].attrs
+	if dl[0].data != "" || a[pipeline.AttrDataDropped] != "9999990" || a["key"] != "k1" || a[pipeline.AttrSourceMessageID] != id ||
+		!strings.Contains(a[pipeline.AttrError], "message too large") || !strings.Contains(a[pipeline.AttrError], "9999990 bytes of data do not fit") {
+		t.Fatalf("dead letter: %d bytes of data, attributes %v; want no data, the original attributes, its size and the reason", len(dl[0].data), a)
+	}
+}
+
+// A message the dead-letter topic refuses too (here: every publish to it)
+// is held back longer at each delivery and logged as an error at the 1st,
+// 10th, 100th..., not at every delivery; the topic is not taken for down.
+func TestDeadLetterRefusedToo(t *testing.T) {
+	var dlTopic atomic.Value
+	dlTopic.Store("")
+	srv, conn := newPstest(t, pstest.ServerReactorOption{FuncName: "Publish", Reactor: reactor(func(req any) (bool, any, error) {
+		if r := req.(*pubsubpb.PublishRequest); r.Topic == dlTopic.Load().(string) {
+			return true, nil, status.Error(codes.InvalidArgument, "injected: dead letter refused")
+		}
+		return false, nil, nil
+	})})
+	var logs testenv.Buffer
+	r := newRig(t, conn, rigOpts{deadLetter: true, cfg: pipeline.Config{TimestampAttribute: "occurred_at"},
+		log: slog.New(slog.NewTextHandler(&logs, nil))})
+	dlTopic.Store(r.dl.String())
+	r.start()
+	id := r.publish("bad", map[string]string{"occurred_at": "soon"})
+	r.waitCounts("nacks", func(c pipeline.Counts) bool { return c.Retried >= 3 })
+	r.stop()
+	if n := strings.Count(logs.String(), "level=ERROR msg=\"unusable message nacked: the dead-letter topic refuses it too"); n != 1 {
+		t.Errorf("%d error lines for one message the dead-letter topic refuses, want 1:\n%s", n, &logs)
+	}
+	if strings.Contains(logs.String(), "moving an unusable message aside failed") {
+		t.Errorf("logged at every delivery as a failing dead-letter topic:\n%s", &logs)
+	}
+	if m := srv.Message(id); m.Acks != 0 {
+		t.Fatalf("the message was acked %d times", m.Acks)
 	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/backoff"
 	"github.com/dedupflow/dedupflow/internal/outcome"
+	"github.com/dedupflow/dedupflow/sink"
 )
 
 // Item is a message on its way through the gate, as the work sees it.
@@ -386,12 +387,7 @@ const maxRejectHold = 5 * time.Second
 // reject moves an unusable message aside, or holds and nacks it.
 func (g *Gate) reject(ctx context.Context, in *pubsub.Message, reason error) outcome.Outcome {
 	if g.cfg.Reject == nil {
-		// Held back longer and reported less at each delivery, or a
-		// handful of bad messages floods the log and spins the receiver.
-		g.hold.Wait(ctx, in.ID, 100*time.Millisecond, maxRejectHold, func(n int) {
-			g.log.Warn("unusable message nacked; it comes back until it is removed: "+g.cfg.Hint,
-				"message_id", in.ID, "deliveries", n, "reason", reason)
-		})
+		g.holdBack(ctx, in, reason, "unusable message nacked; it comes back until it is removed: "+g.cfg.Hint)
 		return outcome.Retried
 	}
 	if err := g.rejectHealth.Wait(ctx); err != nil {
@@ -401,6 +397,12 @@ func (g *Gate) reject(ctx context.Context, in *pubsub.Message, reason error) out
 		switch {
 		case errors.Is(err, dedup.ErrFatal):
 			g.stop(err)
+		case errors.Is(err, sink.ErrPermanent):
+			// The message's own fault, not the dead-letter topic's: the
+			// topic stays healthy for the others.
+			g.holdBack(ctx, in, fmt.Errorf("%w; moving it aside failed too: %w", reason, err),
+				"unusable message nacked: the dead-letter topic refuses it too; it comes back until it is removed")
+			return outcome.Retried
 		case ctx.Err() == nil:
 			g.rejectHealth.Fail(err)
 		}
@@ -410,6 +412,16 @@ func (g *Gate) reject(ctx context.Context, in *pubsub.Message, reason error) out
 	g.rejectHealth.OK()
 	g.log.Info("message dead-lettered", "message_id", in.ID, "reason", reason)
 	return outcome.DeadLettered
+}
+
+// holdBack holds an unusable message that cannot be moved aside before its
+// nack, longer at each delivery, and logs it at the 1st, 10th, 100th...:
+// else a handful of them floods the log and spins the receiver.
+func (g *Gate) holdBack(ctx context.Context, in *pubsub.Message, reason error, msg string) {
+	g.m.held.Inc()
+	g.hold.Wait(ctx, in.ID, 100*time.Millisecond, maxRejectHold, func(n int) {
+		g.log.Error(msg, "message_id", in.ID, "deliveries", n, "reason", reason)
+	})
 }
 
 // pause waits a moment before a nack, jittered so replicas do not retry

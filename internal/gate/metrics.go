@@ -25,13 +25,15 @@ type metrics struct {
 	republishDelay  prometheus.Histogram
 	redeliveryDelay prometheus.Histogram
 	lateDelay       prometheus.Histogram // nil without an audit
-	horizon         func() int           // live keys, when the store can tell
-	audit           func() audit.Stats
-	watermark       func() (time.Time, bool)
-	deps            []dependency // what Ready is made of, for dedupflow_dependency_up
-	horizonS        float64      // the horizon, and its mode, for advice
-	mode            string
-	started         time.Time
+	// held counts deliveries of messages neither worked nor moved aside.
+	held      prometheus.Counter
+	horizon   func() int // live keys, when the store can tell
+	audit     func() audit.Stats
+	watermark func() (time.Time, bool)
+	deps      []dependency // what Ready is made of, for dedupflow_dependency_up
+	horizonS  float64      // the horizon, and its mode, for advice
+	mode      string
+	started   time.Time
 }
 
 // dependency is one thing the gate needs to answer, as
@@ -63,6 +65,8 @@ func newMetrics(work string, horizon, auditHorizon time.Duration) *metrics {
 			Name: "dedupflow_store_seconds", Help: "Latency of dedup store claims.", Buckets: buckets}),
 		workTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "dedupflow_" + work + "_seconds", Help: "Duration of " + work + " calls.", Buckets: buckets}),
+		held: prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupflow_held_deliveries_total",
+			Help: "Deliveries of unusable messages that could not be dead-lettered (no dead-letter topic, or it refused them): nacked and held back, they come back until removed."}),
 	}
 	if auditHorizon > horizon {
 		m.lateDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -100,6 +104,7 @@ var (
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.Counter.Describe(ch)
+	m.held.Describe(ch)
 	ch <- descHorizon
 	ch <- descHorizonS
 	ch <- descStarted
@@ -117,6 +122,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	m.Counter.Collect(ch)
+	m.held.Collect(ch)
 	if m.horizon != nil {
 		ch <- prometheus.MustNewConstMetric(descHorizon, prometheus.GaugeValue, float64(m.horizon()))
 	}
