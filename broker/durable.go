@@ -8,6 +8,7 @@ import (
 
 	"cloud.google.com/go/iam/apiv1/iampb"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/broker/internal/logframe"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -35,7 +36,6 @@ const (
 	recSchema    byte = 13 // schema name, all its revisions (see appendSchema)
 	recSchemaDel byte = 14 // schema name
 	recPolicy    byte = 15 // resource name, IAM Policy proto
-	maxRecordLen      = 64 << 20
 )
 
 // recordKind is one row of the table.
@@ -85,18 +85,18 @@ var recordKindByType = func() (idx [256]*recordKind) {
 // b.replaying set, before the broker serves anything.
 func (b *Broker) applyRecord(p []byte) error {
 	if len(p) == 0 {
-		return errCorrupt
+		return logframe.ErrCorrupt
 	}
 	k := recordKindByType[p[0]]
 	if k == nil {
 		return fmt.Errorf("unknown record type %d", p[0])
 	}
-	r := &reader{p: p[1:]}
+	r := &reader{logframe.Decoder{P: p[1:]}}
 	if err := k.apply(b, r); err != nil {
 		return fmt.Errorf("%s record: %w", k.name, err)
 	}
-	if r.err != nil {
-		return fmt.Errorf("%s record: %w", k.name, r.err)
+	if r.Err != nil {
+		return fmt.Errorf("%s record: %w", k.name, r.Err)
 	}
 	return nil
 }
@@ -123,7 +123,7 @@ func (cp *capture) hold(m *message, id uint64) {
 }
 
 func applyCounters(b *Broker, r *reader) error {
-	b.nextSeq, b.nextID = max(b.nextSeq, r.uvarint()), max(b.nextID, r.uvarint())
+	b.nextSeq, b.nextID = max(b.nextSeq, r.Uvarint()), max(b.nextID, r.Uvarint())
 	return nil
 }
 
@@ -138,12 +138,12 @@ func appendTopic(d []byte, t *topic) []byte {
 }
 
 func applyTopic(b *Broker, r *reader) error {
-	id := r.uvarint()
+	id := r.Uvarint()
 	tp := &pb.Topic{}
-	if r.err != nil {
+	if r.Err != nil {
 		return nil
 	}
-	if err := proto.Unmarshal(r.p, tp); err != nil {
+	if err := proto.Unmarshal(r.P, tp); err != nil {
 		return err
 	}
 	b.putTopicLocked(id, tp)
@@ -161,7 +161,7 @@ func saveTopics(b *Broker, cp *capture) {
 }
 
 func applyTopicDel(b *Broker, r *reader) error {
-	if t := b.topicByID[r.uvarint()]; t != nil {
+	if t := b.topicByID[r.Uvarint()]; t != nil {
 		b.deleteTopicLocked(t)
 	}
 	return nil
@@ -179,12 +179,12 @@ func appendSub(d []byte, s *subscription) []byte {
 }
 
 func applySub(b *Broker, r *reader) error {
-	id, tid, first := r.uvarint(), r.uvarint(), r.uvarint()
+	id, tid, first := r.Uvarint(), r.Uvarint(), r.Uvarint()
 	sp := &pb.Subscription{}
-	if r.err != nil {
+	if r.Err != nil {
 		return nil
 	}
-	if err := proto.Unmarshal(r.p, sp); err != nil {
+	if err := proto.Unmarshal(r.P, sp); err != nil {
 		return err
 	}
 	b.putSubLocked(id, b.topicByID[tid], first, sp)
@@ -206,7 +206,7 @@ func saveSubs(b *Broker, cp *capture) {
 }
 
 func applySubDel(b *Broker, r *reader) error {
-	if s := b.subByID[r.uvarint()]; s != nil {
+	if s := b.subByID[r.Uvarint()]; s != nil {
 		b.deleteSubLocked(s)
 	}
 	return nil
@@ -230,12 +230,12 @@ func appendSnap(d []byte, sn *snapshot, subID uint64, taken int64) []byte {
 // applySnap replays a recSnap: an update of an existing snapshot's
 // settings, or a new snapshot.
 func applySnap(b *Broker, r *reader) error {
-	id, tid, subID, taken := r.uvarint(), r.uvarint(), r.uvarint(), r.varint()
-	if r.err != nil {
+	id, tid, subID, taken := r.Uvarint(), r.Uvarint(), r.Uvarint(), r.Varint()
+	if r.Err != nil {
 		return nil
 	}
 	sp := &pb.Snapshot{}
-	if err := proto.Unmarshal(r.p, sp); err != nil {
+	if err := proto.Unmarshal(r.P, sp); err != nil {
 		return err
 	}
 	if sn := b.snapByID[id]; sn != nil {
@@ -262,7 +262,7 @@ func saveSnaps(b *Broker, cp *capture) {
 }
 
 func applySnapDel(b *Broker, r *reader) error {
-	if sn := b.snapByID[r.uvarint()]; sn != nil {
+	if sn := b.snapByID[r.Uvarint()]; sn != nil {
 		b.deleteSnapshotLocked(sn)
 	}
 	return nil
@@ -274,17 +274,17 @@ func appendSchema(d []byte, s *schema) []byte {
 	for _, r := range s.revs {
 		all.Schemas = append(all.Schemas, r.proto)
 	}
-	return appendProto(appendString(d, s.name), all)
+	return appendProto(logframe.AppendString(d, s.name), all)
 }
 
 // applySchema replays a recSchema, parsing each revision again.
 func applySchema(b *Broker, r *reader) error {
-	name := r.string()
+	name := r.Text()
 	all := &pb.ListSchemaRevisionsResponse{}
-	if r.err != nil {
+	if r.Err != nil {
 		return nil
 	}
-	if err := proto.Unmarshal(r.p, all); err != nil {
+	if err := proto.Unmarshal(r.P, all); err != nil {
 		return err
 	}
 	s := &schema{name: name}
@@ -308,7 +308,7 @@ func saveSchemas(b *Broker, cp *capture) {
 }
 
 func applySchemaDel(b *Broker, r *reader) error {
-	if s := b.schemas[r.string()]; s != nil {
+	if s := b.schemas[r.Text()]; s != nil {
 		b.deleteSchemaLocked(s)
 	}
 	return nil
@@ -316,7 +316,7 @@ func applySchemaDel(b *Broker, r *reader) error {
 
 func applyPublish(b *Broker, r *reader) error {
 	m := r.message()
-	if r.err == nil {
+	if r.Err == nil {
 		b.nextSeq = max(b.nextSeq, m.seq+1)
 		if t := b.topicByID[m.topic]; t != nil {
 			b.fanoutLocked(t, m)
@@ -327,17 +327,17 @@ func applyPublish(b *Broker, r *reader) error {
 
 func applyHeld(b *Broker, r *reader) error {
 	m := r.message()
-	retained := r.uvarint() == 1
-	n := r.uvarint()
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		id := r.uvarint()
+	retained := r.Uvarint() == 1
+	n := r.Uvarint()
+	for i := uint64(0); i < n && r.Err == nil; i++ {
+		id := r.Uvarint()
 		if s := b.subByID[id]; s != nil {
 			s.replay.add(m)
 		} else if sn := b.snapByID[id]; sn != nil {
 			sn.msgs.pushBack(m) // records come in publish order
 		}
 	}
-	if r.err == nil {
+	if r.Err == nil {
 		b.nextSeq = max(b.nextSeq, m.seq+1)
 		if t := b.topicByID[m.topic]; retained && t != nil {
 			t.retained.pushBack(m)
@@ -347,40 +347,40 @@ func applyHeld(b *Broker, r *reader) error {
 }
 
 func applyAck(b *Broker, r *reader) error {
-	s, seq := b.subByID[r.uvarint()], r.uvarint()
-	if s != nil && r.err == nil {
+	s, seq := b.subByID[r.Uvarint()], r.Uvarint()
+	if s != nil && r.Err == nil {
 		s.replay.ack(seq)
 	}
 	return nil
 }
 
 func applySeek(b *Broker, r *reader) error {
-	s, target := b.subByID[r.uvarint()], r.varint()
-	if s != nil && r.err == nil {
+	s, target := b.subByID[r.Uvarint()], r.Varint()
+	if s != nil && r.Err == nil {
 		b.seekLocked(s, target)
 	}
 	return nil
 }
 
 func applySeekSnap(b *Broker, r *reader) error {
-	s, sn := b.subByID[r.uvarint()], b.snapByID[r.uvarint()]
-	if s != nil && sn != nil && r.err == nil {
+	s, sn := b.subByID[r.Uvarint()], b.snapByID[r.Uvarint()]
+	if s != nil && sn != nil && r.Err == nil {
 		b.seekSnapshotLocked(s, sn)
 	}
 	return nil
 }
 
 func appendPolicy(d []byte, resource string, p *iampb.Policy) []byte {
-	return appendProto(appendString(d, resource), p)
+	return appendProto(logframe.AppendString(d, resource), p)
 }
 
 func applyPolicy(b *Broker, r *reader) error {
-	resource := r.string()
+	resource := r.Text()
 	p := &iampb.Policy{}
-	if r.err != nil {
+	if r.Err != nil {
 		return nil
 	}
-	if err := proto.Unmarshal(r.p, p); err != nil {
+	if err := proto.Unmarshal(r.P, p); err != nil {
 		return err
 	}
 	b.putPolicyLocked(resource, p)

@@ -2,36 +2,25 @@ package broker
 
 import (
 	"encoding/binary"
-	"errors"
-	"hash/crc32"
 	"io"
 	"slices"
 
+	"github.com/dedupflow/dedupflow/broker/internal/logframe"
 	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
-func appendBytes(dst, p []byte) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(p)))
-	return append(dst, p...)
-}
-
-func appendString(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
-
 func appendMessage(dst []byte, m *message) []byte {
 	dst = binary.AppendUvarint(dst, m.seq)
 	dst = binary.AppendUvarint(dst, m.topic)
 	dst = binary.AppendVarint(dst, m.publish)
-	dst = appendString(dst, m.key)
-	dst = appendBytes(dst, m.data())
+	dst = logframe.AppendString(dst, m.key)
+	dst = logframe.AppendBytes(dst, m.data())
 	dst = binary.AppendUvarint(dst, uint64(m.numAttrs()))
 	m.eachAttr(func(k, v []byte) {
-		dst = appendBytes(dst, k)
-		dst = appendBytes(dst, v)
+		dst = logframe.AppendBytes(dst, k)
+		dst = logframe.AppendBytes(dst, v)
 	})
 	return dst
 }
@@ -46,9 +35,8 @@ func (b *Broker) logRecord(typ byte, enc func([]byte) []byte) {
 	}
 	w := b.wal
 	w.mu.Lock()
-	start := w.begin()
-	w.buf = append(w.buf, typ)
-	w.buf = enc(w.buf)
+	start := len(w.buf)
+	w.buf = enc(append(logframe.Begin(w.buf), typ))
 	w.finish(start)
 	w.mu.Unlock()
 }
@@ -92,65 +80,18 @@ func (b *Broker) logDelete(typ byte, id uint64) {
 }
 
 // reader decodes one record payload; the first error sticks.
-type reader struct {
-	p   []byte
-	err error
-}
-
-var errCorrupt = errors.New("corrupt record")
-
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.p)
-	if n <= 0 {
-		r.err = errCorrupt
-		return 0
-	}
-	r.p = r.p[n:]
-	return v
-}
-
-func (r *reader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.p)
-	if n <= 0 {
-		r.err = errCorrupt
-		return 0
-	}
-	r.p = r.p[n:]
-	return v
-}
-
-func (r *reader) bytes() []byte {
-	n := r.uvarint()
-	if r.err != nil {
-		return nil
-	}
-	if n > uint64(len(r.p)) {
-		r.err = errCorrupt
-		return nil
-	}
-	v := r.p[:n:n]
-	r.p = r.p[n:]
-	return v
-}
-
-func (r *reader) string() string { return string(r.bytes()) }
+type reader struct{ logframe.Decoder }
 
 // message decodes what appendMessage wrote. The attributes are read twice,
 // once to size the body and once to encode it, so that building the body
 // allocates only the body itself.
 func (r *reader) message() *message {
-	m := &message{seq: r.uvarint(), topic: r.uvarint(), publish: r.varint()}
-	m.key = r.string()
-	data := r.bytes()
-	n := r.uvarint()
+	m := &message{seq: r.Uvarint(), topic: r.Uvarint(), publish: r.Varint()}
+	m.key = r.Text()
+	data := r.Bytes()
+	n := r.Uvarint()
 	if n > limits.Attributes*2 {
-		r.err = errCorrupt
+		r.Err = logframe.ErrCorrupt
 		return nil
 	}
 	attrs := *r
@@ -158,12 +99,12 @@ func (r *reader) message() *message {
 	if len(data) > 0 {
 		bodyLen = protowire.SizeTag(fMessageData) + protowire.SizeBytes(len(data))
 	}
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		k, v := r.bytes(), r.bytes()
+	for i := uint64(0); i < n && r.Err == nil; i++ {
+		k, v := r.Bytes(), r.Bytes()
 		size += len(k) + len(v)
 		bodyLen += protowire.SizeTag(fMessageAttrs) + protowire.SizeBytes(mapEntrySize(k, v))
 	}
-	if r.err != nil {
+	if r.Err != nil {
 		return nil
 	}
 	body := make([]byte, 0, bodyLen)
@@ -172,7 +113,7 @@ func (r *reader) message() *message {
 		body = protowire.AppendBytes(body, data)
 	}
 	for i := uint64(0); i < n; i++ {
-		body = appendAttr(body, attrs.bytes(), attrs.bytes())
+		body = appendAttr(body, attrs.Bytes(), attrs.Bytes())
 	}
 	m.body, m.size = body, size
 	return m
@@ -194,14 +135,9 @@ type holding struct {
 	retained bool
 }
 
-// appendFrame appends one framed record (see wal) built by enc.
+// appendFrame appends one framed record (see logframe) built by enc.
 func appendFrame(dst []byte, typ byte, enc func([]byte) []byte) []byte {
-	start := len(dst)
-	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, typ)
-	dst = enc(dst)
-	binary.LittleEndian.PutUint32(dst[start:], uint32(len(dst)-start-8))
-	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(dst[start+8:], crcTable))
-	return dst
+	return logframe.Append(dst, func(d []byte) []byte { return enc(append(d, typ)) })
 }
 
 // write writes the checkpoint: the head, then one recHeld record per held

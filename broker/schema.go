@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/broker/internal/logframe"
 	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -469,7 +470,7 @@ func (b *Broker) putSchemaLocked(s *schema) {
 func (b *Broker) deleteSchemaLocked(s *schema) {
 	delete(b.schemas, s.name)
 	b.dropPolicyLocked(s.name)
-	b.logRecord(recSchemaDel, func(d []byte) []byte { return appendString(d, s.name) })
+	b.logRecord(recSchemaDel, func(d []byte) []byte { return logframe.AppendString(d, s.name) })
 	for _, t := range b.topicByID {
 		if ss := t.proto.SchemaSettings; ss != nil && ss.Schema == s.name {
 			tp := proto.Clone(t.proto).(*pb.Topic)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedupflow/dedupflow/broker/internal/logframe"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -41,8 +42,8 @@ func BenchmarkStorage(b *testing.B) {
 				for i := range perWriter {
 					mu.Lock()
 					w.mu.Lock()
-					s := w.begin()
-					w.buf = append(w.buf, recPublish)
+					s := len(w.buf)
+					w.buf = append(logframe.Begin(w.buf), recPublish)
 					w.buf = binary.AppendUvarint(w.buf, uint64(g*perWriter+i))
 					w.buf = append(w.buf, payload...)
 					w.finish(s)
@@ -55,8 +56,8 @@ func BenchmarkStorage(b *testing.B) {
 					}
 					mu.Lock()
 					w.mu.Lock()
-					s = w.begin()
-					w.buf = append(w.buf, recAck)
+					s = len(w.buf)
+					w.buf = append(logframe.Begin(w.buf), recAck)
 					w.buf = binary.AppendUvarint(w.buf, uint64(g*perWriter+i))
 					w.finish(s)
 					w.mu.Unlock()

@@ -2,16 +2,16 @@ package broker
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/dedupflow/dedupflow/broker/internal/logframe"
 )
 
 const logName = "broker.log"
@@ -94,41 +94,26 @@ func cutLog(f *os.File, end int64) error {
 func (b *Broker) replay(f *os.File) (end, live int64, err error) {
 	b.replaying = true
 	defer func() { b.replaying = false }()
-	r := bufio.NewReaderSize(f, 1<<20)
-	var off int64
-	var hdr [8]byte
-	var p []byte // reused: records copy what they keep
+	sc := logframe.NewScanner(f)
 	records := 0
 	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			if !errors.Is(err, io.EOF) {
-				b.log.Warn("log ends with a torn record header; ignoring it", "offset", off)
-			}
-			break
-		}
-		n := binary.LittleEndian.Uint32(hdr[:4])
-		if n == 0 || n > maxRecordLen {
-			b.log.Warn("log has an invalid record length; ignoring the rest", "offset", off, "length", n)
-			break
-		}
-		if cap(p) < int(n) {
-			p = make([]byte, n)
-		}
-		p = p[:n]
-		if _, err := io.ReadFull(r, p); err != nil {
-			b.log.Warn("log ends with a torn record; ignoring it", "offset", off)
-			break
-		}
-		if crc32.Checksum(p, crcTable) != binary.LittleEndian.Uint32(hdr[4:]) {
-			b.log.Warn("log record fails its checksum; ignoring the rest", "offset", off)
+		off := sc.Offset()
+		p, ok := sc.Next() // reused: records copy what they keep
+		if !ok {
 			break
 		}
 		if err := b.applyRecord(p); err != nil {
 			return 0, 0, fmt.Errorf("broker: replay log at offset %d: %w", off, err)
 		}
-		off += 8 + int64(n)
 		records++
 	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, fmt.Errorf("broker: read log: %w", err)
+	}
+	if err := sc.Torn(); err != nil {
+		b.log.Warn("log ends with a torn or corrupt record, never acknowledged; ignoring it and what follows", "err", err)
+	}
+	off := sc.Offset()
 	for _, s := range sortedByID(b.subByID) {
 		msgs := s.replay.held()
 		s.replay = nil

@@ -2,13 +2,13 @@ package broker
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"log/slog"
 	"os"
 	"sync"
+
+	"github.com/dedupflow/dedupflow/broker/internal/logframe"
 )
 
 // errClosed is returned to callers still waiting for durability when the
@@ -19,8 +19,6 @@ var errClosed = errors.New("broker: closed")
 // Options.CompactSize says otherwise.
 const defaultCompactSize = 64 << 20
 
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
-
 // wal is the append-only log. Records are appended to an in-memory buffer
 // (under the broker's lock, so log order is state order); one goroutine
 // writes the buffer and fsyncs it, and everybody whose record was in that
@@ -28,8 +26,8 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // publishers one fsync covers hundreds of requests, so durability costs
 // latency, not throughput.
 //
-// Framing: 4-byte little-endian payload length, 4-byte CRC-32C of the
-// payload, payload. A torn or corrupt tail (a crash in the middle of a write)
+// Framing (package logframe): 4-byte little-endian payload length, 4-byte
+// CRC-32C of the payload, payload. A torn or corrupt tail (a crash in the middle of a write)
 // ends replay there and is truncated away.
 type wal struct {
 	noSync bool
@@ -72,18 +70,10 @@ func newWAL(f *os.File, size int64, noSync bool, minCompact int64, log *slog.Log
 	}
 }
 
-// begin reserves the frame header of a new record; finish fills it in. The
-// caller appends the payload to w.buf between the two, with w.mu held.
-func (w *wal) begin() int {
-	start := len(w.buf)
-	w.buf = append(w.buf, 0, 0, 0, 0, 0, 0, 0, 0)
-	return start
-}
-
+// finish completes the frame that starts at w.buf[start:] (begun with
+// logframe.Begin) and hands it to the writer; w.mu is held.
 func (w *wal) finish(start int) {
-	payload := w.buf[start+8:]
-	binary.LittleEndian.PutUint32(w.buf[start:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(w.buf[start+4:], crc32.Checksum(payload, crcTable))
+	logframe.Finish(w.buf[start:])
 	w.appended += uint64(len(w.buf) - start)
 	if w.tailing {
 		w.tail = append(w.tail, w.buf[start:]...)
