@@ -137,16 +137,20 @@ func nextEtag(prev []byte, p *iampb.Policy) []byte {
 
 // TestIamPermissions answers, of the permissions asked, those that exist
 // for the resource's kind: policies are not enforced, so every caller may
-// do everything there is to do.
+// do everything there is to do. For a missing resource it answers none,
+// not NotFound, as the API documents.
 func (srv *iamServer) TestIamPermissions(ctx context.Context, req *iampb.TestIamPermissionsRequest) (*iampb.TestIamPermissionsResponse, error) {
 	b := srv.b
 	b.mu.Lock()
 	kind, err := srv.resourceLocked(req.Resource)
 	b.mu.Unlock()
+	out := &iampb.TestIamPermissionsResponse{}
+	if status.Code(err) == codes.NotFound {
+		return out, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	out := &iampb.TestIamPermissionsResponse{}
 	for _, p := range req.Permissions {
 		if strings.Contains(p, "*") {
 			return nil, status.Errorf(codes.InvalidArgument, "permissions with wildcards (such as '*' or 'pubsub.*') are not allowed: %s", p)

@@ -52,7 +52,8 @@ var _ iamClient = (*pubsubapi.SchemaClient)(nil)
 // through the official Go client: an etag that changes with every set, a
 // stale etag refused with Aborted, missing resources NotFound, the policy
 // gone with its resource, and TestIamPermissions answering the resource
-// kind's own permissions (policies are stored, not enforced).
+// kind's own permissions (policies are stored, not enforced), and none for
+// a missing resource.
 func TestIAMPolicies(t *testing.T) {
 	ctx := context.Background()
 	tg := startOurs(t, Options{})
@@ -99,11 +100,15 @@ func TestIAMPolicies(t *testing.T) {
 			for _, err := range []error{
 				second(ic.GetIamPolicy(ctx, &iampb.GetIamPolicyRequest{Resource: missing})),
 				second(ic.SetIamPolicy(ctx, &iampb.SetIamPolicyRequest{Resource: missing, Policy: want})),
-				second(ic.TestIamPermissions(ctx, &iampb.TestIamPermissionsRequest{Resource: missing, Permissions: perms})),
 			} {
 				if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "not found") {
 					t.Errorf("IAM call on a missing %s: %v; want NotFound", kind, err)
 				}
+			}
+			// "If the resource does not exist, this will return an empty set
+			// of permissions, not a NOT_FOUND error."
+			if r, err := ic.TestIamPermissions(ctx, &iampb.TestIamPermissionsRequest{Resource: missing, Permissions: perms}); err != nil || len(r.Permissions) != 0 {
+				t.Errorf("TestIamPermissions on a missing %s: %v, %v; want no permissions", kind, r, err)
 			}
 		})
 	}
