@@ -112,7 +112,9 @@ func (s *sideBySide) listInputSubs(t *testing.T) []string {
 // publish sends one message to the input topic and returns its ID.
 func (s *sideBySide) publish(t *testing.T, data string, attrs map[string]string) string {
 	t.Helper()
-	id, err := s.in.Publish(context.Background(), &pubsub.Message{Data: []byte(data), Attributes: attrs}).Get(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := s.in.Publish(ctx, &pubsub.Message{Data: []byte(data), Attributes: attrs}).Get(ctx)
 	if err != nil {
 		t.Fatalf("publish %q: %v", data, err)
 	}

@@ -108,13 +108,15 @@ func BenchmarkTutorialJob(b *testing.B) {
 // all of them.
 func publish(b *testing.B, pub *pubsub.Publisher, keys []string) {
 	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	results := make([]*pubsub.PublishResult, len(keys))
 	for i, k := range keys {
-		results[i] = pub.Publish(context.Background(), &pubsub.Message{
+		results[i] = pub.Publish(ctx, &pubsub.Message{
 			Data: []byte(fmt.Sprintf("%d %s", i, k)), Attributes: map[string]string{"key": k}})
 	}
 	for _, r := range results {
-		if _, err := r.Get(context.Background()); err != nil {
+		if _, err := r.Get(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
