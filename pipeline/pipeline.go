@@ -32,6 +32,7 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/advice"
 	"github.com/dedupflow/dedupflow/internal/gate"
+	"github.com/dedupflow/dedupflow/internal/pull"
 	"github.com/dedupflow/dedupflow/sink"
 )
 
@@ -236,6 +237,28 @@ func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
 		// the result cost a channel per message on every subscription).
 		m.Ack()
 	})
+	return p.ended(err)
+}
+
+// RunBatch is Run on the batch path: in hands over a StreamingPull
+// response's messages at a time, the pipeline decides them with
+// HandleBatch, and in acks and nacks each as its outcome says.
+func (p *Pipeline) RunBatch(ctx context.Context, in *pull.Receiver) error {
+	ctx, stop := p.start(ctx)
+	defer stop()
+	err := in.Receive(ctx, func(ctx context.Context, ms []*pubsub.Message, rs []pull.Result) {
+		outs := make([]Outcome, len(ms))
+		p.HandleBatch(ctx, ms, outs)
+		for i, o := range outs {
+			rs[i] = pull.Result{Ack: o.Acked(), NackAfter: NackDelay(o)}
+		}
+	})
+	return p.ended(err)
+}
+
+// ended is a run's result from its receiver's: the gate's fatal error
+// first, a stop is no error.
+func (p *Pipeline) ended(err error) error {
 	if ferr := p.gate.Err(); ferr != nil {
 		return ferr
 	}

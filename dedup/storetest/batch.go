@@ -87,6 +87,13 @@ var (
 	republish  = dedup.Verdict{Status: dedup.Duplicate, Kind: dedup.Republish}
 )
 
+// batchEmpty: empty batches are answered, as no calls at all.
+func batchEmpty(t *testing.T, s dedup.Store) {
+	claims(t, s)
+	commits(t, s)
+	releases(t, s)
+}
+
 // batchInOrder: a batch is its items' calls one after another: a key
 // claimed again later in the same batch is in flight, even by the same
 // message, as a second claim would be.

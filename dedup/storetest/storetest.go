@@ -60,6 +60,7 @@ func Run(t *testing.T, open Open) {
 		name string
 		run  func(t *testing.T, s dedup.Store)
 	}{
+		{"Empty", batchEmpty},
 		{"InOrder", batchInOrder},
 		{"MixedVerdicts", batchMixed},
 		{"LargerThanPipelines", batchLarge},

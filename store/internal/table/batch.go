@@ -14,6 +14,9 @@ var first = []int32{0}
 // takes each lock once instead of once per key, and a key's items (all in
 // one shard) keep their order.
 func (s *Set) byShard(n int, key func(i int) dedup.Key, fn func(t *Table, sh *shard, idx []int32)) {
+	if n == 0 {
+		return
+	}
 	if n == 1 {
 		sh := &s.shards[s.ShardOf(key(0))]
 		sh.mu.Lock()
