@@ -25,6 +25,7 @@ func (b *Broker) putTopicLocked(id uint64, tp *pb.Topic) *topic {
 		b.topicByID[id] = t
 	}
 	t.proto = tp
+	t.transforms = t.transforms.updated(tp.MessageTransforms)
 	b.topics[tp.Name] = t
 	b.nextID = max(b.nextID, id+1)
 	t.updateRetainFor()
@@ -69,6 +70,7 @@ func (b *Broker) putSubLocked(id uint64, t *topic, firstSeq uint64, sp *pb.Subsc
 		s.filter, _ = parseFilter(sp.Filter)
 	}
 	s.proto, s.topic = sp, t
+	s.transforms = s.transforms.updated(sp.MessageTransforms)
 	if t != nil {
 		// Output only: the service shows the topic's retention on each
 		// of its subscriptions.

@@ -75,7 +75,7 @@ func checkTopicConfig(tp *pb.Topic) error {
 	if p := tp.MessageStoragePolicy; p != nil && len(p.AllowedPersistenceRegions) == 0 {
 		return status.Error(codes.InvalidArgument, "message_storage_policy.allowed_persistence_regions is empty: a policy must allow at least one region (leave the policy out for no constraint)")
 	}
-	return nil
+	return checkTransforms(tp.MessageTransforms)
 }
 
 // checkSubscriptionConfig validates the settings the broker interprets and
@@ -94,6 +94,9 @@ func checkSubscriptionConfig(s *pb.Subscription) error {
 		return status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d, minRetention, maxRetention)
 	}
 	if err := checkLabels(s.Labels); err != nil {
+		return err
+	}
+	if err := checkTransforms(s.MessageTransforms); err != nil {
 		return err
 	}
 	if s.ExpirationPolicy == nil {

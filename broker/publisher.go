@@ -228,14 +228,20 @@ func (p *publisherServer) Publish(ctx context.Context, req *pb.PublishRequest) (
 	if total > limits.RequestBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "publish request carries %d bytes, the limit is %d", total, limits.RequestBytes)
 	}
-	if err := p.b.checkSchema(req); err != nil {
+	checked, msgs, sizes, err := p.b.transformPublish(req, sizes)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.b.checkSchema(checked); err != nil {
 		return nil, err
 	}
 	// Encoded before the lock is taken, so that other requests do not wait
 	// for it.
-	bodies := make([][]byte, len(req.Messages))
-	for i, m := range req.Messages {
-		bodies[i] = encodeBody(m.Data, m.Attributes)
+	bodies := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		if m != nil {
+			bodies[i] = encodeBody(m.Data, m.Attributes)
+		}
 	}
 	b := p.b
 	ids := make([]string, len(req.Messages))
@@ -246,7 +252,11 @@ func (p *publisherServer) Publish(ctx context.Context, req *pb.PublishRequest) (
 		return nil, err
 	}
 	now := b.nowNanos()
-	for i, m := range req.Messages {
+	for i, m := range msgs {
+		if m == nil {
+			ids[i] = b.filteredIDLocked()
+			continue
+		}
 		ids[i] = b.publishLocked(t, bodies[i], m.OrderingKey, sizes[i], now).id()
 	}
 	off := b.offsetLocked()

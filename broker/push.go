@@ -135,6 +135,7 @@ type pushTarget struct {
 	raw      bool // no_wrapper
 	metadata bool // no_wrapper.write_metadata
 	oidc     *pb.PushConfig_OidcToken
+	ts       *transforms // the subscription's message_transforms
 }
 
 // startPusherLocked starts delivering s if it is a push subscription
@@ -237,7 +238,7 @@ func targetOf(s *subscription) pushTarget {
 	pc := s.proto.PushConfig
 	nw := pc.GetNoWrapper()
 	return pushTarget{endpoint: pc.PushEndpoint, sub: s.proto.Name, raw: nw != nil,
-		metadata: nw.GetWriteMetadata(), oidc: pc.GetOidcToken()}
+		metadata: nw.GetWriteMetadata(), oidc: pc.GetOidcToken(), ts: s.transforms}
 }
 
 // dispatch starts a worker per message, or per ordering key's batch on an
@@ -264,6 +265,17 @@ func (p *pusher) work(tg pushTarget, jobs []pushJob) {
 	failed := false
 	for _, j := range jobs {
 		r := pushSkipped
+		if !failed && tg.ts != nil {
+			switch p.b.transformDelivery(p.s, tg.ts, &j.d, true) {
+			case outFiltered:
+				p.results <- pushAcked
+				continue
+			case outFailed:
+				p.results <- pushFailed
+				failed = true
+				continue
+			}
+		}
 		if !failed && p.begin(&j) {
 			r = pushFailed
 			if p.send(j, tg) {

@@ -88,25 +88,27 @@ type lease struct {
 }
 
 type topic struct {
-	id        uint64
-	proto     *pb.Topic
-	subs      map[uint64]*subscription
-	retained  deque[*message] // kept for Seek, in publish order
-	retainFor time.Duration
-	snaps     map[uint64]*snapshot // snapshots taken of its subscriptions
+	id         uint64
+	proto      *pb.Topic
+	subs       map[uint64]*subscription
+	retained   deque[*message] // kept for Seek, in publish order
+	retainFor  time.Duration
+	snaps      map[uint64]*snapshot // snapshots taken of its subscriptions
+	transforms *transforms          // nil: none, the publish path's one check
 }
 
 type subscription struct {
-	id       uint64
-	proto    *pb.Subscription
-	topic    *topic  // nil once the topic is deleted or the sub detached
-	firstSeq uint64  // messages with a lower seq predate the subscription
-	filter   *filter // nil: every message; parsed once, from proto.Filter
-	ready    deque[item]
-	keys     map[string]*keyState
-	leases   map[uint64]*lease
-	held     int // messages in ready, keys and leases
-	waiters  map[chan struct{}]struct{}
+	id         uint64
+	proto      *pb.Subscription
+	topic      *topic      // nil once the topic is deleted or the sub detached
+	firstSeq   uint64      // messages with a lower seq predate the subscription
+	filter     *filter     // nil: every message; parsed once, from proto.Filter
+	transforms *transforms // nil: none; run at each delivery
+	ready      deque[item]
+	keys       map[string]*keyState
+	leases     map[uint64]*lease
+	held       int // messages in ready, keys and leases
+	waiters    map[chan struct{}]struct{}
 	// acked remembers, for exactly-once subscriptions, ack IDs acknowledged
 	// in the last ackMemory, so that a client retrying an ack that did
 	// succeed is told so instead of "invalid ack ID".

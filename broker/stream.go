@@ -128,8 +128,13 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 		}
 		b.fireTimersLocked(b.nowNanos())
 		ds = srv.streamBatchLocked(s, st, ds[:0])
-		eod, ordered := s.eod(), s.ordered()
+		eod, ordered, ts := s.eod(), s.ordered(), s.transforms
 		b.mu.Unlock()
+		if ts != nil && len(ds) > 0 {
+			if ds = b.transformDeliveries(s, ts, ds); len(ds) == 0 {
+				continue
+			}
+		}
 		// Messages are immutable once published, so they are encoded
 		// outside the lock.
 		enc = appendStreamResponse(enc[:0], ds, eod, ordered)

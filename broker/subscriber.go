@@ -197,7 +197,13 @@ func (srv *subscriberServer) Pull(ctx context.Context, req *pb.PullRequest) (*pb
 		deadline := time.Duration(s.proto.AckDeadlineSeconds) * time.Second
 		ds := b.deliverLocked(s, int(min(req.MaxMessages, 10000)), limits.RequestBytes, deadline, nil, nil)
 		if len(ds) > 0 || req.ReturnImmediately { //nolint:staticcheck // still sent by old clients
+			ts := s.transforms
 			b.mu.Unlock()
+			if ts != nil && len(ds) > 0 {
+				if ds = b.transformDeliveries(s, ts, ds); len(ds) == 0 && !req.ReturnImmediately { //nolint:staticcheck // as above
+					continue
+				}
+			}
 			msgs := make([]*pb.ReceivedMessage, len(ds))
 			for i, d := range ds {
 				msgs[i] = d.proto()
