@@ -45,8 +45,7 @@ func TestTransformGcloud(t *testing.T) {
 		"SEVMTE8=",             // HELLO
 		`"transformed": "yes"`, // the subscription's UDF ran
 		"\ndrop\n",             // stored and described
-		"INVALID_ARGUMENT",     // the bad code
-		"does not parse",
+		"Failed to create topic [projects/PROJECT/topics/tx-bad]: message_transforms[0].javascript_udf: code does not parse",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("gcloud output lacks %q:\n%s", want, out)
