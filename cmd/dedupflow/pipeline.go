@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/audit/redisaudit"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/pull"
 	"github.com/dedupflow/dedupflow/internal/pushauth"
 	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/pipeline"
@@ -131,7 +132,7 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 	if cfg.push.addr != "" {
 		err = servePush(ctx, p, cfg, log, started)
 	} else {
-		err = pull(ctx, p, sub, cfg, log, started)
+		err = pullInput(ctx, c, p, sub, cfg, log, started)
 	}
 	n := p.Counts()
 	log.Info("pipeline stopped", "received", n.Received, "emitted", n.Emitted,
@@ -140,13 +141,22 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 	return err
 }
 
-// pull runs p on the input subscription.
-func pull(ctx context.Context, p *pipeline.Pipeline, sub *pubsub.Subscriber, cfg *jobConfig, log *slog.Logger, started func(*pipeline.Pipeline)) error {
+// pullInput runs p on the input subscription, through the receiver
+// --receiver names.
+func pullInput(ctx context.Context, c *pubsub.Client, p *pipeline.Pipeline, sub *pubsub.Subscriber, cfg *jobConfig, log *slog.Logger, started func(*pipeline.Pipeline)) error {
 	log.Info("pipeline running", "input", sub.String(), "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
 		"id_attribute", cfg.pipeline.Rule.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.Mode.String(),
 		"state", redact.URL(cfg.state.spec), "shadow", cfg.pipeline.Shadow)
 	if started != nil {
 		started(p)
+	}
+	if cfg.receive.receiver == "batch" {
+		in, err := pull.New(c.SubscriptionAdminClient, sub.String(), pull.Options{Streams: cfg.receive.streams,
+			MaxOutstanding: cfg.maxOutstanding, MaxOutstandingBytes: int64(cfg.maxBytes), BatchWait: cfg.receive.batchWait, Logger: log})
+		if err != nil {
+			return err
+		}
+		return p.RunBatch(ctx, in)
 	}
 	return p.Run(ctx, pubsubio.StopWithin(sub, stopGrace))
 }
@@ -198,7 +208,7 @@ func subscriber(ctx context.Context, c *pubsub.Client, cfg *jobConfig, log *slog
 	sub = c.Subscriber(name.String())
 	sub.ReceiveSettings.MaxOutstandingMessages = cfg.maxOutstanding
 	sub.ReceiveSettings.MaxOutstandingBytes = cfg.maxBytes
-	sub.ReceiveSettings.NumGoroutines = 2
+	sub.ReceiveSettings.NumGoroutines = cfg.receive.streams
 	return sub, remove, nil
 }
 

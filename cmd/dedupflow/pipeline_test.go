@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
 	"net"
 	"os"
@@ -43,6 +45,10 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 		{[]string{"--sink", "postgres://u:secret@db/x", "--output-topic", "out"}, "not --sink postgres://u:xxxxx@db/x"},
 		{[]string{"--sink", "postgres://u@db/x", "--on-conflict", "replace"}, "want nothing or update"},
 		{[]string{"--sink", "kafka"}, `unknown --sink "kafka"`},
+		// How messages are pulled.
+		{[]string{"--sink", "stdout", "--receiver", "fast"}, `unknown --receiver "fast": want client or batch`},
+		{[]string{"--sink", "stdout", "--streams", "0"}, "--streams 0 must be at least 1"},
+		{[]string{"--sink", "stdout", "--receiver", "batch", "--batch-wait", "2s"}, "--batch-wait 2s: want more than 0 and at most 1s"},
 		{nil, "missing output: give --output-topic"},
 		// Attribute names Pub/Sub refuses.
 		{[]string{"--sink", "stdout", "--id-attribute", "goog_key"}, `--id-attribute: invalid attribute key: "goog_key" starts with "goog", which is reserved by Pub/Sub`},
@@ -193,6 +199,55 @@ func TestPipelineStart(t *testing.T) {
 	}
 	if !strings.Contains(line, " output=stdout ") || strings.Contains(line, "projects///") {
 		t.Errorf("start line %q: want output=stdout", line)
+	}
+}
+
+// TestPipelineBatchReceiver: with --receiver batch the pipeline pulls a
+// response at a time and emits each key once.
+func TestPipelineBatchReceiver(t *testing.T) {
+	_, c := startInput(t)
+	ctx := context.Background()
+	pub := c.Publisher("projects/test/topics/input")
+	defer pub.Stop()
+	var results []*pubsub.PublishResult
+	for i := range 20 {
+		results = append(results, pub.Publish(ctx, &pubsub.Message{Data: []byte("m"), Attributes: map[string]string{"key": fmt.Sprint("k", i%15)}}))
+	}
+	for _, r := range results {
+		if _, err := r.Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stdout, stderr testenv.Buffer
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(rctx, []string{"pipeline", "--project", "test", "--metrics-addr", "", "--sink", "stdout", "--id-attribute", "key",
+			"--input-subscription", "input-sub", "--receiver", "batch", "--streams", "1"}, &stdout, &stderr)
+	}()
+	for deadline := time.Now().Add(20 * time.Second); strings.Count(stdout.String(), "\n") < 15; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("15 keys not emitted in 20 s:\n%s\n%s", &stdout, &stderr)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("pipeline after cancel: %v\n%s", err, &stderr)
+	}
+	keys := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var l struct{ Key string }
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		if keys[l.Key] {
+			t.Errorf("key %s emitted twice", l.Key)
+		}
+		keys[l.Key] = true
+	}
+	if len(keys) != 15 {
+		t.Errorf("%d keys emitted, want 15:\n%s", len(keys), &stdout)
 	}
 }
 
