@@ -18,6 +18,7 @@ import (
 type TopicStats struct {
 	Name          string
 	Schema        string // its schema_settings' schema, if any
+	Transforms    []TransformStats
 	Subscriptions []SubscriptionStats
 }
 
@@ -35,6 +36,7 @@ type SubscriptionStats struct {
 	DeadLettered         int64
 	Filter, PushEndpoint string
 	Detached             bool
+	Transforms           []TransformStats
 }
 
 // Overview lists every topic with its subscriptions, by name; subscriptions
@@ -46,7 +48,7 @@ func (b *Broker) Overview() []TopicStats {
 	byTopic := map[string]*TopicStats{}
 	for _, name := range slices.Sorted(maps.Keys(b.topics)) {
 		t := b.topics[name]
-		byTopic[name] = &TopicStats{Name: name, Schema: t.proto.GetSchemaSettings().GetSchema()}
+		byTopic[name] = &TopicStats{Name: name, Schema: t.proto.GetSchemaSettings().GetSchema(), Transforms: t.transforms.stats()}
 	}
 	for _, name := range slices.Sorted(maps.Keys(b.subs)) {
 		s := b.subs[name]
@@ -67,6 +69,7 @@ func (s *subscription) statsLocked(now int64) SubscriptionStats {
 	st := SubscriptionStats{
 		Name: s.proto.Name, DeadLettered: s.deadLettered, Filter: s.proto.Filter,
 		PushEndpoint: s.proto.GetPushConfig().GetPushEndpoint(), Detached: s.proto.Detached,
+		Transforms: s.transforms.stats(),
 	}
 	oldest := int64(0)
 	older := func(m *message) {

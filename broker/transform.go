@@ -251,3 +251,23 @@ func (b *Broker) transformDelivery(s *subscription, ts *transforms, d *delivery,
 	}
 	return outFailed
 }
+
+// TransformStats describes one of a resource's message transforms.
+type TransformStats struct {
+	Function string // the JavaScript UDF's function_name
+	Disabled bool
+	// Filtered and Failed count the messages it returned null for and
+	// those it failed, since the broker started or the transform changed.
+	Filtered, Failed int64
+}
+
+func (ts *transforms) stats() []TransformStats {
+	if ts == nil {
+		return nil
+	}
+	out := make([]TransformStats, len(ts.list))
+	for i, t := range ts.list {
+		out[i] = TransformStats{Function: t.name, Disabled: t.disabled, Filtered: t.filtered.Load(), Failed: t.failed.Load()}
+	}
+	return out
+}

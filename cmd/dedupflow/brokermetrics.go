@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/broker"
@@ -20,21 +22,35 @@ var (
 		"Age of the oldest message the subscription still has to get acknowledged; 0 when it holds none.", []string{"subscription"}, nil)
 	brokerDeadLettered = prometheus.NewDesc("dedupflow_broker_dead_lettered_messages_total",
 		"Messages the subscription moved to its dead-letter topic since the broker started.", []string{"subscription"}, nil)
+	brokerTransformFiltered = prometheus.NewDesc("dedupflow_broker_transform_filtered_messages_total",
+		"Messages a topic's or subscription's message transform filtered out (returned null) since the broker started.", []string{"resource", "function", "index"}, nil)
+	brokerTransformFailed = prometheus.NewDesc("dedupflow_broker_transform_failed_messages_total",
+		"Messages a topic's or subscription's message transform failed (threw, ran too long, returned no message) since the broker started.", []string{"resource", "function", "index"}, nil)
 )
 
 func (brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{brokerBacklog, brokerUnacked, brokerOldest, brokerDeadLettered} {
+	for _, d := range []*prometheus.Desc{brokerBacklog, brokerUnacked, brokerOldest, brokerDeadLettered, brokerTransformFiltered, brokerTransformFailed} {
 		ch <- d
 	}
 }
 
 func (c brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range c.b.Overview() {
+		collectTransforms(ch, t.Name, t.Transforms)
 		for _, s := range t.Subscriptions {
+			collectTransforms(ch, s.Name, s.Transforms)
 			ch <- prometheus.MustNewConstMetric(brokerBacklog, prometheus.GaugeValue, float64(s.Backlog), s.Name)
 			ch <- prometheus.MustNewConstMetric(brokerUnacked, prometheus.GaugeValue, float64(s.Unacked), s.Name)
 			ch <- prometheus.MustNewConstMetric(brokerOldest, prometheus.GaugeValue, s.OldestUnacked.Seconds(), s.Name)
 			ch <- prometheus.MustNewConstMetric(brokerDeadLettered, prometheus.CounterValue, float64(s.DeadLettered), s.Name)
 		}
+	}
+}
+
+func collectTransforms(ch chan<- prometheus.Metric, resource string, ts []broker.TransformStats) {
+	for i, t := range ts {
+		ix := strconv.Itoa(i)
+		ch <- prometheus.MustNewConstMetric(brokerTransformFiltered, prometheus.CounterValue, float64(t.Filtered), resource, t.Function, ix)
+		ch <- prometheus.MustNewConstMetric(brokerTransformFailed, prometheus.CounterValue, float64(t.Failed), resource, t.Function, ix)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/dedupflow/dedupflow/pubsubio"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 )
 
 // TestBrokerMetrics: --metrics-addr serves what an operator watches a
@@ -63,5 +64,55 @@ func TestBrokerMetrics(t *testing.T) {
 	}
 	if code := readyz(base); code != http.StatusOK {
 		t.Errorf("/readyz: %d, want 200", code)
+	}
+}
+
+// TestBrokerMetricsTransforms: each message transform's filtered and failed
+// counts, by resource and function, as the /broker page shows them.
+func TestBrokerMetricsTransforms(t *testing.T) {
+	maddr := freeAddr(t)
+	addr := serveBroker(t, "--listen", "127.0.0.1:0", "--project", "ops", "--subscription", "orders:orders-sub", "--metrics-addr", maddr)
+	ctx := context.Background()
+	c, err := pubsub.NewClient(ctx, "ops", pubsubio.Insecure(addr)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const topic, sub = "projects/ops/topics/orders", "projects/ops/subscriptions/orders-sub"
+	udf := func(name, code string) []*pb.MessageTransform {
+		return []*pb.MessageTransform{{Transform: &pb.MessageTransform_JavascriptUdf{
+			JavascriptUdf: &pb.JavaScriptUDF{FunctionName: name, Code: code}}}}
+	}
+	if _, err := c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{
+		Topic:      &pb.Topic{Name: topic, MessageTransforms: udf("drop", `function drop(m) { return m.data === "test" ? null : m; }`)},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"message_transforms"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SubscriptionAdminClient.UpdateSubscription(ctx, &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: sub, MessageTransforms: udf("strict", `function strict(m) { throw new Error("no"); }`)},
+		UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"message_transforms"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TopicAdminClient.Publish(ctx, &pb.PublishRequest{Topic: topic,
+		Messages: []*pb.PubsubMessage{{Data: []byte("test")}, {Data: []byte("order")}}}); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if r, err := c.SubscriptionAdminClient.Pull(pctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10}); err == nil && len(r.ReceivedMessages) > 0 {
+		t.Fatalf("pulled %v through a transform that throws", r.ReceivedMessages)
+	}
+	m, err := scrape("http://" + maddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{
+		`dedupflow_broker_transform_filtered_messages_total{function="drop",index="0",resource="` + topic + `"}`: 1,
+		`dedupflow_broker_transform_failed_messages_total{function="drop",index="0",resource="` + topic + `"}`:   0,
+		`dedupflow_broker_transform_failed_messages_total{function="strict",index="0",resource="` + sub + `"}`:   1,
+	} {
+		if got, ok := m[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
 	}
 }

@@ -116,30 +116,48 @@ func (p *page) index(w http.ResponseWriter, _ *http.Request) {
 }
 
 type subView struct {
-	Name          string  `json:"name"`
-	Backlog       int     `json:"backlog"`
-	Unacked       int     `json:"unacked"`
-	OldestUnacked float64 `json:"oldestUnackedSeconds"`
-	DeadLettered  int64   `json:"deadLettered"`
-	Filter        string  `json:"filter,omitempty"`
-	PushEndpoint  string  `json:"pushEndpoint,omitempty"`
-	Detached      bool    `json:"detached,omitempty"`
+	Name          string          `json:"name"`
+	Backlog       int             `json:"backlog"`
+	Unacked       int             `json:"unacked"`
+	OldestUnacked float64         `json:"oldestUnackedSeconds"`
+	DeadLettered  int64           `json:"deadLettered"`
+	Filter        string          `json:"filter,omitempty"`
+	PushEndpoint  string          `json:"pushEndpoint,omitempty"`
+	Detached      bool            `json:"detached,omitempty"`
+	Transforms    []transformView `json:"transforms,omitempty"`
+}
+
+type transformView struct {
+	Function string `json:"function"`
+	Disabled bool   `json:"disabled,omitempty"`
+	Filtered int64  `json:"filtered"`
+	Failed   int64  `json:"failed"`
+}
+
+func transformViews(ts []broker.TransformStats) []transformView {
+	var out []transformView
+	for _, t := range ts {
+		out = append(out, transformView{Function: t.Function, Disabled: t.Disabled, Filtered: t.Filtered, Failed: t.Failed})
+	}
+	return out
 }
 
 type topicView struct {
-	Name          string    `json:"name"`
-	Schema        string    `json:"schema,omitempty"`
-	Subscriptions []subView `json:"subscriptions"`
+	Name          string          `json:"name"`
+	Schema        string          `json:"schema,omitempty"`
+	Transforms    []transformView `json:"transforms,omitempty"`
+	Subscriptions []subView       `json:"subscriptions"`
 }
 
 func (p *page) state(w http.ResponseWriter, _ *http.Request) {
 	topics := []topicView{}
 	for _, t := range p.b.Overview() {
-		tv := topicView{Name: t.Name, Schema: t.Schema, Subscriptions: []subView{}}
+		tv := topicView{Name: t.Name, Schema: t.Schema, Transforms: transformViews(t.Transforms), Subscriptions: []subView{}}
 		for _, s := range t.Subscriptions {
 			tv.Subscriptions = append(tv.Subscriptions, subView{
 				Name: s.Name, Backlog: s.Backlog, Unacked: s.Unacked, OldestUnacked: s.OldestUnacked.Seconds(),
 				DeadLettered: s.DeadLettered, Filter: s.Filter, PushEndpoint: s.PushEndpoint, Detached: s.Detached,
+				Transforms: transformViews(s.Transforms),
 			})
 		}
 		topics = append(topics, tv)

@@ -2,6 +2,7 @@ package brokerpage
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -20,8 +21,9 @@ import (
 const project = "brokerpage-test"
 
 type fixture struct {
-	b   *broker.Broker
-	srv *httptest.Server
+	b    *broker.Broker
+	srv  *httptest.Server
+	addr string // the broker's
 }
 
 // start serves the page for a broker with a topic "orders" and its
@@ -60,7 +62,7 @@ func start(t *testing.T) fixture {
 	}
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return fixture{b: b, srv: srv}
+	return fixture{b: b, srv: srv, addr: addr}
 }
 
 // TestBrokerPageBrowser drives the page from real Chromium: the live table,
@@ -193,4 +195,43 @@ func TestBrokerPageGuards(t *testing.T) {
 	if msgs, _ := f.b.Peek("projects/"+project+"/subscriptions/orders-sub", 10); len(msgs) != 0 {
 		t.Fatalf("a refused publish got through: %v", msgs)
 	}
+}
+
+// TestBrokerPageTransforms: the page's state lists a topic's transforms
+// with the messages each filtered and failed.
+func TestBrokerPageTransforms(t *testing.T) {
+	f := start(t)
+	udf := `{"messageTransforms":[{"javascriptUdf":{"functionName":"drop","code":"function drop(m) { return m.data === \"test\" ? null : m; }"}}]}`
+	addr := f.addr
+	req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/projects/"+project+"/topics/filtered", strings.NewReader(udf))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("create topic: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	// "dGVzdA==" is "test", filtered out; "b2s=" is "ok".
+	resp, err = http.Post("http://"+addr+"/v1/projects/"+project+"/topics/filtered:publish", "application/json",
+		strings.NewReader(`{"messages":[{"data":"dGVzdA=="},{"data":"b2s="}]}`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("publish: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	resp, err = http.Get(f.srv.URL + "/broker/api/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var state struct{ Topics []topicView }
+	if err := json.NewDecoder(resp.Body).Decode(&state); err != nil {
+		t.Fatal(err)
+	}
+	for _, tv := range state.Topics {
+		if strings.HasSuffix(tv.Name, "/topics/filtered") {
+			if len(tv.Transforms) != 1 || tv.Transforms[0] != (transformView{Function: "drop", Filtered: 1}) {
+				t.Errorf("transforms %+v, want drop with 1 filtered", tv.Transforms)
+			}
+			return
+		}
+	}
+	t.Fatalf("topic not on the page: %+v", state.Topics)
 }

@@ -28,6 +28,13 @@
     if (names.includes(keep)) sel.value = keep;
   }
 
+  // transforms describes a resource's message transforms with their counts.
+  function transforms(ts) {
+    if (!ts || !ts.length) return "";
+    return " · transforms " + ts.map((t) => t.function + (t.disabled ? " (disabled)" : "") +
+      " (filtered " + t.filtered + ", failed " + t.failed + ")").join(", ");
+  }
+
   function render(state) {
     const body = $("subs").tBodies[0];
     const rows = [];
@@ -37,7 +44,7 @@
       const list = t.subscriptions.length ? t.subscriptions : [null];
       for (const s of list) {
         const tr = document.createElement("tr");
-        cell(tr, t.name + (t.schema ? " (schema " + t.schema + ")" : ""));
+        cell(tr, t.name + (t.schema ? " (schema " + t.schema + ")" : "") + transforms(t.transforms));
         if (!s) {
           cell(tr, "no subscriptions", "hint");
           for (let i = 0; i < 6; i++) cell(tr, "");
@@ -51,7 +58,7 @@
         cell(tr, String(s.unacked), "num").dataset.field = "unacked";
         cell(tr, age(s.oldestUnackedSeconds), "num");
         cell(tr, String(s.deadLettered), "num");
-        cell(tr, s.pushEndpoint ? "push to " + s.pushEndpoint : (s.filter ? "filter " + s.filter : ""));
+        cell(tr, (s.pushEndpoint ? "push to " + s.pushEndpoint : (s.filter ? "filter " + s.filter : "")) + transforms(s.transforms));
         const td = cell(tr, "");
         const b = document.createElement("button");
         b.type = "button";
