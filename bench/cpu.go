@@ -64,7 +64,8 @@ func (e *env) redisCPU() func() (time.Duration, error) {
 // addCPURows reports each consumer's CPU per message in, as a ratio to the
 // relay floor's, in the report's CPU section.
 func (e *env) addCPURows(group, count string, cpu map[[2]string][]float64) {
-	for _, name := range []string{nameFloor, nameFloorClient, nameMem, nameDisk, nameRedis, nameRedisServer, nameBento, nameBentoBatched} {
+	for _, name := range []string{nameFloor, nameFloorClient, nameMem, nameMemBatch, nameDisk, nameDiskBatch, nameRedis, nameRedisBatch,
+		nameRedisServer, nameRedisServerBatch, nameBento, nameBentoBatched} {
 		v := cpu[[2]string{group, name}]
 		if len(v) == 0 {
 			continue
@@ -76,9 +77,9 @@ func (e *env) addCPURows(group, count string, cpu map[[2]string][]float64) {
 			r.peer = ""
 		case nameFloorClient:
 			r.note = "the same relay publishing through pubsub.Publisher instead of the batched Publish RPC"
-		case nameRedis:
+		case nameRedis, nameRedisBatch:
 			r.note = "the pipeline process only"
-		case nameRedisServer:
+		case nameRedisServer, nameRedisServerBatch:
 			r.peer = ""
 			r.count = "the bench's redis-server during the Redis store runs (/proc/PID/stat), per message in"
 		}

@@ -315,17 +315,19 @@ func firstFew(s []string) []string {
 	return s
 }
 
-// dedupflowConsumer runs `dedupflow pipeline` with the given --state.
-func dedupflowConsumer(bin, label string, state func(env runEnv) string) consumer {
+// dedupflowConsumer runs `dedupflow pipeline` with the given --state and
+// extra flags.
+func dedupflowConsumer(bin, label string, state func(env runEnv) string, extra ...string) consumer {
 	return consumer{
 		name: "dedupflow pipeline (" + label + ")",
 		start: func(ctx context.Context, env runEnv) (*child, error) {
 			name := fmt.Sprintf("dedupflow-%s-%d", strings.ReplaceAll(label, " ", "-"), env.replica)
-			return startChild(name, filepath.Join(env.dir, name+".log"), env.dir,
-				[]string{"PUBSUB_EMULATOR_HOST=" + env.brokerAddr}, bin, "pipeline",
+			args := append([]string{"pipeline",
 				"--project", benchProject, "--input-subscription", env.inSub.ID, "--output-topic", env.outTopic.ID,
 				"--id-attribute", attrKey, "--horizon", env.horizon.String(), "--state", state(env),
-				"--metrics-addr", "", "--log-format", "json", "--log-level", "info")
+				"--metrics-addr", "", "--log-format", "json", "--log-level", "info"}, extra...)
+			return startChild(name, filepath.Join(env.dir, name+".log"), env.dir,
+				[]string{"PUBSUB_EMULATOR_HOST=" + env.brokerAddr}, bin, args...)
 		},
 		stats: dedupflowStats,
 	}

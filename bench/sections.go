@@ -127,7 +127,19 @@ const (
 	nameFloor        = "relay floor (official client, seen-map, not crash-safe)"
 	nameFloorClient  = "relay floor with the client's Publisher"
 	nameRedisServer  = "redis-server, beside the Redis store row"
+	// The batch path (--receiver batch, issue 25), beside each store's row.
+	nameMemBatch   = "dedupflow pipeline (mem store, --receiver batch)"
+	nameDiskBatch  = "dedupflow pipeline (disk store, --receiver batch)"
+	nameRedisBatch = "dedupflow pipeline (Redis store, --receiver batch)"
+	// nameRedisServerBatch is redis-server's CPU during the batch path's runs.
+	nameRedisServerBatch = "redis-server, beside the Redis store --receiver batch row"
 )
+
+// batchOf is the per-message row each batch path row is compared with.
+var batchOf = map[string]string{nameMemBatch: nameMem, nameDiskBatch: nameDisk, nameRedisBatch: nameRedis}
+
+// redisServerRow names the redis-server CPU row of each Redis store row.
+var redisServerRow = map[string]string{nameRedis: nameRedisServer, nameRedisBatch: nameRedisServerBatch}
 
 // benchPipelines measures every dedup contender on the same workloads.
 // The disk and Redis stores run at the 30% ratio only: they answer "what
@@ -154,12 +166,20 @@ func (e *env) benchPipelines(ctx context.Context) error {
 	disk := dedupflowConsumer(bin, "disk store", func(env runEnv) string { return "file:" + filepath.Join(env.dir, "state.db") })
 	disk.name = nameDisk
 	cs = append(cs, entry{disk, false})
+	memState := func(runEnv) string { return "mem" }
+	diskState := func(env runEnv) string { return "file:" + filepath.Join(env.dir, "state.db") }
+	memBatch := dedupflowConsumer(bin, "mem store batch", memState, "--receiver", "batch")
+	memBatch.name = nameMemBatch
+	diskBatch := dedupflowConsumer(bin, "disk store batch", diskState, "--receiver", "batch")
+	diskBatch.name = nameDiskBatch
+	cs = append(cs, entry{memBatch, false}, entry{diskBatch, false})
 	if e.redisURL != "" {
-		red := dedupflowConsumer(bin, "Redis store", func(env runEnv) string {
-			return e.redisURL + "?prefix=" + filepath.Base(env.dir) + ":"
-		})
+		redisState := func(env runEnv) string { return e.redisURL + "?prefix=" + filepath.Base(env.dir) + ":" }
+		red := dedupflowConsumer(bin, "Redis store", redisState)
 		red.name = nameRedis
-		cs = append(cs, entry{red, false})
+		redBatch := dedupflowConsumer(bin, "Redis store batch", redisState, "--receiver", "batch")
+		redBatch.name = nameRedisBatch
+		cs = append(cs, entry{red, false}, entry{redBatch, false})
 	}
 	if e.cfg.bento == "" {
 		e.markAbsent("Bento: no binary given (--bento PATH), so its dedupe was not measured; its module is not served by the Go module proxy here, so a binary has to be built outside this repository")
@@ -219,9 +239,9 @@ func (e *env) benchPipelines(ctx context.Context) error {
 				if profData != "" {
 					prof.record(en.c.name, profData, float64(s.cpuPerMsg.Nanoseconds())/1e3)
 				}
-				if en.c.name == nameRedis && redisCPU != nil {
+				if server, ok := redisServerRow[en.c.name]; ok && redisCPU != nil {
 					if d, err := redisCPU(); err == nil {
-						rk := [2]string{group, nameRedisServer}
+						rk := [2]string{group, server}
 						cpu[rk] = append(cpu[rk], float64(d.Nanoseconds())/1e3/float64(s.messagesIn))
 					} else {
 						e.logf("redis-server CPU not read: %v", err)
@@ -266,7 +286,8 @@ func (e *env) benchPipelines(ctx context.Context) error {
 	}
 	for _, ratio := range e.cfg.ratios {
 		group := ratioLabel(ratio)
-		for _, name := range []string{nameFloor, nameFloorClient, nameMem, nameDisk, nameRedis, nameBento, nameBentoBatched, nameNATS} {
+		for _, name := range []string{nameFloor, nameFloorClient, nameMem, nameMemBatch, nameDisk, nameDiskBatch, nameRedis, nameRedisBatch,
+			nameBento, nameBentoBatched, nameNATS} {
 			v := values[[2]string{group, name}]
 			if len(v) == 0 {
 				continue
@@ -279,6 +300,8 @@ func (e *env) benchPipelines(ctx context.Context) error {
 				r.peer = nameMem
 			case name == nameFloor || name == nameFloorClient:
 				r.peer = nameMem
+			case batchOf[name] != "":
+				r.peer = batchOf[name]
 			case r.ours:
 				r.peer = nameBento
 			default:
