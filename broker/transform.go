@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -84,6 +85,18 @@ func (ts *transforms) updated(ms []*pb.MessageTransform) *transforms {
 	return out
 }
 
+// transformCode is the status of a publish that a topic's transform failed:
+// DEADLINE_EXCEEDED, which clients retry, when it ran out of time (on a
+// loaded machine a quick function can, so it is worth another try), and
+// INVALID_ARGUMENT when it threw or returned no message, which a retry
+// would only repeat.
+func transformCode(err error) codes.Code {
+	if errors.Is(err, udf.ErrTimeout) {
+		return codes.DeadlineExceeded
+	}
+	return codes.InvalidArgument
+}
+
 // errTransform is the failure of a message in one transform.
 type errTransform struct {
 	name string
@@ -93,6 +106,8 @@ type errTransform struct {
 func (e *errTransform) Error() string {
 	return fmt.Sprintf("message transform %s failed: %v", e.name, e.err)
 }
+
+func (e *errTransform) Unwrap() error { return e.err }
 
 // apply runs the enabled transforms in order on m. It returns nil when one
 // of them filtered the message out.
@@ -158,7 +173,7 @@ func (b *Broker) transformPublish(req *pb.PublishRequest, sizes []int) (*pb.Publ
 	for i, m := range req.Messages {
 		r, err := ts.apply(&pb.PubsubMessage{Data: m.Data, Attributes: m.Attributes, OrderingKey: m.OrderingKey, PublishTime: now})
 		if err != nil {
-			return nil, nil, nil, status.Errorf(codes.InvalidArgument, "messages[%d]: %v", i, err)
+			return nil, nil, nil, status.Errorf(transformCode(err), "messages[%d]: %v", i, err)
 		}
 		if r == nil {
 			continue
@@ -238,7 +253,7 @@ func (b *Broker) transformDelivery(s *subscription, ts *transforms, d *delivery,
 	}
 	b.log.Warn("message failed a subscription's transform; not delivered", "subscription", s.proto.Name,
 		"message_id", d.m.id(), "err", err)
-	if s.proto.DeadLetterPolicy != nil {
+	if s.proto.DeadLetterPolicy != nil && !errors.Is(err, udf.ErrTimeout) {
 		b.endLeaseLocked(l)
 		if b.deadLetterLocked(s, l.it, b.nowNanos()) {
 			return outFailed
