@@ -25,7 +25,6 @@ package udf
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dop251/goja"
@@ -38,6 +37,9 @@ const (
 	MaxRunTime = 500 * time.Millisecond
 	// MaxResultBytes bounds a returned message: data plus attributes.
 	MaxResultBytes = 10 << 20
+	// poolSize bounds the runtimes kept between calls: enough for the
+	// concurrent publishes and deliveries of a busy broker.
+	poolSize = 64
 	// checkTime bounds running the code's top level when it is compiled.
 	checkTime = time.Second
 )
@@ -60,10 +62,12 @@ var ErrTimeout = errors.New("the function ran longer than " + MaxRunTime.String(
 
 // Func is a compiled UDF, safe for concurrent use: each call takes a
 // runtime from a pool, since a goja runtime serves one goroutine at a time.
+// The pool is a channel rather than a sync.Pool, which every GC empties:
+// a new runtime costs far more than a call.
 type Func struct {
 	name string
 	prog *goja.Program
-	pool sync.Pool
+	pool chan *runtime
 }
 
 type runtime struct {
@@ -87,13 +91,21 @@ func Compile(name, code string) (*Func, error) {
 	if err != nil {
 		return nil, fmt.Errorf("code does not parse: %w", err)
 	}
-	f := &Func{name: name, prog: prog}
+	f := &Func{name: name, prog: prog, pool: make(chan *runtime, poolSize)}
 	rt, err := f.newRuntime(checkTime)
 	if err != nil {
 		return nil, err
 	}
-	f.pool.Put(rt)
+	f.put(rt)
 	return f, nil
+}
+
+// put returns rt to the pool, or drops it when the pool is full.
+func (f *Func) put(rt *runtime) {
+	select {
+	case f.pool <- rt:
+	default:
+	}
 }
 
 // Name is the function's name.
@@ -118,7 +130,11 @@ func (f *Func) newRuntime(limit time.Duration) (*runtime, error) {
 // Apply runs the function on m. keep is false when the function returned
 // null (or undefined): the message is filtered out.
 func (f *Func) Apply(m Message, md Metadata) (out Message, keep bool, err error) {
-	rt, _ := f.pool.Get().(*runtime)
+	var rt *runtime
+	select {
+	case rt = <-f.pool:
+	default:
+	}
 	if rt == nil {
 		if rt, err = f.newRuntime(MaxRunTime); err != nil {
 			return Message{}, false, err
@@ -137,11 +153,11 @@ func (f *Func) Apply(m Message, md Metadata) (out Message, keep bool, err error)
 		if errors.As(err, &ie) {
 			return Message{}, false, ErrTimeout
 		}
-		f.pool.Put(rt)
+		f.put(rt)
 		return Message{}, false, thrown(err)
 	}
 	out, keep, err = result(v)
-	f.pool.Put(rt)
+	f.put(rt)
 	return out, keep, err
 }
 

@@ -146,7 +146,7 @@ func BenchmarkApply(b *testing.B) {
 	m := Message{Data: []byte(`{"id":1,"name":"a small event"}`), Attributes: map[string]string{"k": "v"}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := f.Apply(m, Metadata{MessageID: "1", PublishTime: time.Now()}); err != nil {
+		if _, _, err := f.Apply(m, Metadata{MessageID: "1", PublishTime: time.Now(), OrderingKey: "k"}); err != nil {
 			b.Fatal(err)
 		}
 	}
