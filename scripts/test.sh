@@ -165,8 +165,18 @@ go vet ./bench/...
 log "go test"
 # -parallel: the paced end-to-end tests mostly wait on servers and timers, so
 # more of them run at once than there are cores.
+# The end-to-end tests (e2e/, a module of their own) mostly wait on the
+# processes they start, so they run beside the packages' tests.
+(cd e2e && GOWORK=off go vet ./... && GOWORK=off go test -race -count=1 -parallel 12 -timeout 40m "$@" ./...) \
+  >"$work/e2e.log" 2>&1 &
+e2e=$!
 GOWORK=off go test -race -count=1 -parallel 12 -timeout 40m "$@" ./...
 go test -count=1 "$@" ./bench/...
+log "go test: e2e (the binary under kills, failover, outages and a flaky network)"
+e2e_status=0
+wait "$e2e" || e2e_status=$?
+cat "$work/e2e.log"
+[ "$e2e_status" = 0 ] || exit "$e2e_status"
 log "go test: deploy/validate (Kubernetes and compose types, a module of its own)"
 (cd deploy/validate && go vet ./... && go test -count=1 ./...)
 log "go test, without -race: the reference runs that pstest's own data race keeps out of -race"

@@ -10,6 +10,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 )
@@ -35,7 +36,7 @@ func TestBrokerMetrics(t *testing.T) {
 		}
 	}
 	const sub = `{subscription="projects/ops/subscriptions/orders-sub"}`
-	m, err := scrape(base)
+	m, err := testenv.Scrape(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func TestBrokerMetrics(t *testing.T) {
 	if err != nil || len(resp.ReceivedMessages) != 1 {
 		t.Fatalf("pull: %v, %d messages", err, len(resp.GetReceivedMessages()))
 	}
-	if m, err = scrape(base); err != nil {
+	if m, err = testenv.Scrape(base); err != nil {
 		t.Fatal(err)
 	}
 	if m["dedupflow_broker_undelivered_messages"+sub] != 2 || m["dedupflow_broker_unacked_messages"+sub] != 1 {
@@ -62,7 +63,7 @@ func TestBrokerMetrics(t *testing.T) {
 	if age := m["dedupflow_broker_oldest_unacked_message_age_seconds"+sub]; age <= 0 || age > time.Minute.Seconds() {
 		t.Errorf("oldest unacked age %v s: want the age of the first publish", age)
 	}
-	if code := readyz(base); code != http.StatusOK {
+	if code := testenv.Readyz(base); code != http.StatusOK {
 		t.Errorf("/readyz: %d, want 200", code)
 	}
 }

@@ -2,61 +2,23 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
-// binaries holds dedupflow built once per test run and mode, since tests run
-// in parallel and each link takes seconds; TestMain removes its folder.
-var binaries struct {
-	sync.Mutex
-	dir   string
-	built map[bool]string
-}
-
-// buildBinary builds dedupflow, with -race when race is set: as this test
-// binary was built (raceEnabled), the packages it compiled are reused and
-// only dedupflow's own package and the link are new; a binary a test kills
-// is built without it. Tests share the build; none may change the file.
+// buildBinary builds dedupflow once per test run and mode (testenv.Build).
 func buildBinary(t *testing.T, race bool) string {
 	t.Helper()
-	binaries.Lock()
-	defer binaries.Unlock()
-	if bin, ok := binaries.built[race]; ok {
-		return bin
-	}
-	name := "dedupflow"
-	args := []string{"build"}
-	if race {
-		name += "-race"
-		args = append(args, "-race")
-	}
-	bin := filepath.Join(binaries.dir, name)
-	build := exec.Command("go", append(args, "-o", bin, ".")...)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	if binaries.built == nil {
-		binaries.built = map[bool]string{}
-	}
-	binaries.built[race] = bin
-	return bin
+	return testenv.Build(t, testenv.DedupflowCommand, race)
 }
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "dedupflow-test-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binaries.dir = dir
 	code := m.Run()
-	os.RemoveAll(dir)
+	testenv.RemoveBuilds()
 	os.Exit(code)
 }
 

@@ -20,7 +20,6 @@ import (
 
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/internal/testenv"
-	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/store/disk"
 )
 
@@ -98,16 +97,6 @@ func startBroker(t *testing.T, project string) (string, *pubsub.Client) {
 // that closes it under a command.
 func serveTestBroker(t *testing.T, project string) (*broker.Broker, string, *pubsub.Client) {
 	t.Helper()
-	b, addr := listenBroker(t)
-	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
-	return b, addr, dialBroker(t, addr, project)
-}
-
-// listenBroker starts the embedded broker on a free loopback port and
-// leaves the process environment alone, so tests that pass the address to
-// their commands themselves can run in parallel.
-func listenBroker(t *testing.T) (*broker.Broker, string) {
-	t.Helper()
 	b, err := broker.New(broker.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -117,18 +106,13 @@ func listenBroker(t *testing.T) (*broker.Broker, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	return b, addr
-}
-
-// dialBroker is a client for project on the broker at addr.
-func dialBroker(t *testing.T, addr, project string) *pubsub.Client {
-	t.Helper()
-	c, err := pubsub.NewClient(context.Background(), project, pubsubio.Insecure(addr)...)
+	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
+	c, err := pubsub.NewClient(context.Background(), project)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return b, addr, c
 }
 
 // startInput starts a broker of project "test" with topic "input" and its

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
@@ -17,14 +15,8 @@ import (
 // endpoint) or refuses the URL.
 func TestPasswordsRedacted(t *testing.T) {
 	const pw = "s3cretPW"
-	r := startRedis(t, false)
-	o, _ := goredis.ParseURL(r.url)
-	rc := goredis.NewClient(o)
-	if err := rc.ConfigSet(context.Background(), "requirepass", pw).Err(); err != nil {
-		t.Fatal(err)
-	}
-	rc.Close()
-	state := strings.Replace(r.url, "redis://", "redis://:"+pw+"@", 1)
+	r := testenv.StartRedis(t, "--requirepass", pw)
+	state := "redis://:" + pw + "@" + r.Addr() + "/0"
 	startInput(t)
 	base := []string{"pipeline", "--project", "test", "--metrics-addr", "", "--sink", "stdout", "--state", state}
 

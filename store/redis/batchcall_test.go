@@ -3,20 +3,19 @@ package redis
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 // TestBatchScriptsAndDown: the batch calls take the claim and release
 // scripts' path when the server forgot them (a restart), and when the
 // server is gone every item of a batch fails as unavailable, at once.
 func TestBatchScriptsAndDown(t *testing.T) {
-	port := freePort(t)
-	srv := startRedis(t, port)
-	s := open(t, fmt.Sprintf("redis://127.0.0.1:%d/0", port), Options{Timeout: time.Second})
+	srv := testenv.StartRedis(t)
+	s := open(t, srv.URL(), Options{Timeout: time.Second})
 	ctx, now := context.Background(), time.Now()
 	expired, held := dedup.KeyOf("expired"), dedup.KeyOf("held")
 	claimAll := func(at time.Time, cs ...dedup.Claim) ([]dedup.Verdict, []error) {
@@ -56,8 +55,7 @@ func TestBatchScriptsAndDown(t *testing.T) {
 		t.Fatalf("after the batch release: %v %v, %v; want proceed twice", vs[0].Status, vs[1].Status, errs)
 	}
 
-	srv.Process.Kill()
-	srv.Wait()
+	srv.Kill()
 	start := time.Now()
 	_, errs = claimAll(now, dedup.Claim{Key: dedup.KeyOf("a"), MsgID: "m"}, dedup.Claim{Key: dedup.KeyOf("b"), MsgID: "m"})
 	for i, err := range errs {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/dedup/storetest"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 // TestCluster runs the suite against a three-master Redis Cluster of the
@@ -20,8 +21,7 @@ func TestCluster(t *testing.T) {
 	var ports [3]int
 	nodes := make([]*goredis.Client, 3)
 	for i := range ports {
-		ports[i] = freePort(t)
-		startRedis(t, ports[i], "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
+		ports[i] = testenv.StartRedis(t, "--cluster-enabled", "yes", "--cluster-node-timeout", "2000").Port
 		nodes[i] = goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", ports[i])})
 		defer nodes[i].Close()
 	}

@@ -37,9 +37,7 @@ func claimNew(s *Store, name string) error {
 // users and passwords).
 func TestPermanentErrors(t *testing.T) {
 	ctx := context.Background()
-	port := freePort(t)
-	startRedis(t, port)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := testenv.StartRedis(t).Addr()
 	admin := goredis.NewClient(&goredis.Options{Addr: addr})
 	defer admin.Close()
 	acl := func(args ...any) {

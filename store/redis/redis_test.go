@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os/exec"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -91,9 +89,7 @@ func TestTTLSlack(t *testing.T) {
 // again: a republished copy still extends its key, a claim still meets a
 // record, a release still drops its claim.
 func TestScriptsForgotten(t *testing.T) {
-	port := freePort(t)
-	startRedis(t, port)
-	s := open(t, fmt.Sprintf("redis://127.0.0.1:%d/0", port), Options{})
+	s := open(t, testenv.StartRedis(t).URL(), Options{})
 	ctx, now := context.Background(), time.Now()
 	claim := func(k dedup.Key, id string, at time.Time, extend time.Time) dedup.Verdict {
 		t.Helper()
@@ -148,37 +144,12 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startRedis runs a redis-server of the test's own on port and stops it at
-// the end of the test.
-func startRedis(t testing.TB, port int, args ...string) *exec.Cmd {
-	t.Helper()
-	all := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)
-	cmd := exec.Command(testenv.RedisServer(t), all...)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-			return cmd
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %d did not listen: %v", port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestServerRestart stops the server mid-stream: calls fail with
 // dedup.ErrUnavailable while it is down and work again, on the same store
 // and client, once it is back (the scripts it forgot included).
 func TestServerRestart(t *testing.T) {
-	port := freePort(t)
-	srv := startRedis(t, port)
-	s := open(t, fmt.Sprintf("redis://127.0.0.1:%d/0", port), Options{Timeout: 2 * time.Second})
+	srv := testenv.StartRedis(t)
+	s := open(t, srv.URL(), Options{Timeout: 2 * time.Second})
 
 	var seq atomic.Int64
 	try := func() error {
@@ -196,8 +167,7 @@ func TestServerRestart(t *testing.T) {
 		t.Fatalf("before the stop: %v", err)
 	}
 
-	srv.Process.Kill()
-	srv.Wait()
+	srv.Kill()
 	down := time.Now()
 	failures := 0
 	for time.Since(down) < 3*time.Second {
@@ -212,7 +182,7 @@ func TestServerRestart(t *testing.T) {
 	}
 	t.Logf("%d calls failed while the server was down; last error: %v", failures, try())
 
-	startRedis(t, port)
+	srv.Start()
 	var err error
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if err = try(); err == nil {
@@ -241,8 +211,7 @@ func TestServerRestart(t *testing.T) {
 // TestAuth: a password in the URL is used; a wrong one fails at Open with
 // the server's answer, not as "unavailable".
 func TestAuth(t *testing.T) {
-	port := freePort(t)
-	startRedis(t, port, "--requirepass", "s3cret")
+	port := testenv.StartRedis(t, "--requirepass", "s3cret").Port
 	s := open(t, fmt.Sprintf("redis://:s3cret@127.0.0.1:%d/0", port), Options{})
 	now := time.Now()
 	if _, err := s.Claim(context.Background(), dedup.Claim{Key: dedup.KeyOf("auth"), MsgID: "m", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {

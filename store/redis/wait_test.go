@@ -13,16 +13,16 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 // startReplicated runs a master and one replica of the test's own and
 // returns the master's URL, the replica's client and the replica's process.
 func startReplicated(t testing.TB) (url string, replica *goredis.Client, stop func(sig syscall.Signal)) {
 	t.Helper()
-	mport, rport := freePort(t), freePort(t)
-	startRedis(t, mport)
-	rcmd := startRedis(t, rport, "--replicaof", "127.0.0.1", strconv.Itoa(mport))
-	replica = goredis.NewClient(&goredis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", rport)})
+	m := testenv.StartRedis(t)
+	r := testenv.StartRedis(t, "--replicaof", "127.0.0.1", strconv.Itoa(m.Port))
+	replica = goredis.NewClient(&goredis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { replica.Close() })
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		info, _ := replica.Info(context.Background(), "replication").Result()
@@ -33,8 +33,7 @@ func startReplicated(t testing.TB) (url string, replica *goredis.Client, stop fu
 			t.Fatalf("replica not in sync after 10 s:\n%s", info)
 		}
 	}
-	return fmt.Sprintf("redis://127.0.0.1:%d/0", mport), replica,
-		func(sig syscall.Signal) { _ = rcmd.Process.Signal(sig) }
+	return m.URL(), replica, func(sig syscall.Signal) { _ = r.Signal(sig) }
 }
 
 // TestWait: with wait=1 a commit returns once the replica holds it, and

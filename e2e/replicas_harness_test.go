@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // What the replica and outage tests share: an output reader that tells
 // copies the pipelines published from redeliveries to it, replica
@@ -10,13 +10,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -211,43 +208,6 @@ func (p *pipelineProc) metricsBase(t *testing.T) string {
 	t.Helper()
 	u, _ := p.waitLog(t, "metrics and health", 30*time.Second)["url"].(string)
 	return strings.TrimSuffix(u, "/metrics")
-}
-
-// scrape reads /metrics into name{labels} -> value.
-func scrape(base string) (map[string]float64, error) {
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out, sc.Err()
-}
-
-func readyz(base string) int {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(base + "/readyz")
-	if err != nil {
-		return 0
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
 }
 
 // stopped is the final "pipeline stopped" record's counters.

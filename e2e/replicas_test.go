@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Issue 5's acceptance tests for the Redis store, driven through the
 // binary as the crash tests are (and with their helpers: crashEnv,
@@ -22,12 +22,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -63,7 +58,7 @@ func TestReplicasShareRedis(t *testing.T) {
 	}
 	received := func() (sum float64) {
 		for _, b := range bases {
-			m, err := scrape(b)
+			m, err := testenv.Scrape(b)
 			if err != nil {
 				t.Fatalf("scrape %s: %v", b, err)
 			}
@@ -141,71 +136,9 @@ func TestReplicasShareRedis(t *testing.T) {
 	}
 }
 
-// redisProc is a redis-server of the test's own.
-type redisProc struct {
-	t    *testing.T
-	bin  string
-	args []string
-	cmd  *exec.Cmd
-	log  string
-	url  string
-}
-
-func startRedis(t *testing.T, aof bool) *redisProc {
-	t.Helper()
-	bin := testenv.RedisServer(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	dir := t.TempDir()
-	r := &redisProc{t: t, bin: bin, log: filepath.Join(dir, "redis.log"), url: fmt.Sprintf("redis://127.0.0.1:%d/0", port)}
-	r.args = []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--dir", dir,
-		"--logfile", r.log, "--daemonize", "no"}
-	if aof {
-		r.args = append(r.args, "--appendonly", "yes", "--appendfsync", "always")
-	} else {
-		r.args = append(r.args, "--appendonly", "no")
-	}
-	r.start()
-	t.Cleanup(func() {
-		_ = r.cmd.Process.Signal(syscall.SIGCONT)
-		_ = r.cmd.Process.Kill()
-		_ = r.cmd.Wait()
-	})
-	return r
-}
-
-func (r *redisProc) start() {
-	r.t.Helper()
-	r.cmd = exec.Command(r.bin, r.args...)
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	o, _ := goredis.ParseURL(r.url)
-	c := goredis.NewClient(o)
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(r.log)
-			r.t.Fatalf("redis-server %v did not answer within 10 s: %v\n%s", r.args, err, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (r *redisProc) dbsize() int64 {
-	o, _ := goredis.ParseURL(r.url)
-	c := goredis.NewClient(o)
+// dbsize is the number of keys in the server's database 0.
+func dbsize(r *testenv.Redis) int64 {
+	c := goredis.NewClient(&goredis.Options{Addr: r.Addr()})
 	defer c.Close()
 	n, _ := c.DBSize(context.Background()).Result()
 	return n
@@ -233,17 +166,21 @@ func TestRedisOutageRestarted(t *testing.T) { testRedisOutage(t, true) }
 func testRedisOutage(t *testing.T, restart bool) {
 	t.Parallel()
 	seed := crashSeed(t)
-	r := startRedis(t, restart)
+	var aof []string
+	if restart {
+		aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
+	}
+	r := testenv.StartRedis(t, aof...)
 	e := newCrashEnv(t)
 	e.createTopicSub("input", "in-sub")
 	e.createTopicSub("output", "out-sub")
 	out := readOutput(e, "out-sub")
-	p := newReplica(t, e, "pipeline", pipelineArgs(e, r.url))
+	p := newReplica(t, e, "pipeline", pipelineArgs(e, r.URL()))
 	p.start()
 	t.Cleanup(p.end)
 	p.waitLog(t, "pipeline running", 30*time.Second)
 	base := p.metricsBase(t)
-	if c := readyz(base); c != http.StatusOK {
+	if c := testenv.Readyz(base); c != http.StatusOK {
 		t.Fatalf("/readyz before the outage: %d, want 200", c)
 	}
 
@@ -256,36 +193,35 @@ func testRedisOutage(t *testing.T, restart bool) {
 	how := "SIGSTOP"
 	if restart {
 		how = "SIGKILL"
-		_ = r.cmd.Process.Signal(syscall.SIGKILL)
-		_ = r.cmd.Wait()
-	} else if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		r.Kill()
+	} else if err := r.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	down := time.Now()
 	var firstNotReady time.Duration = -1
 	for time.Since(down) < outageLength {
-		if firstNotReady < 0 && readyz(base) == http.StatusServiceUnavailable {
+		if firstNotReady < 0 && testenv.Readyz(base) == http.StatusServiceUnavailable {
 			firstNotReady = time.Since(down)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	during, _ := out.state()
 	if restart {
-		r.start()
-	} else if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		r.Start()
+	} else if err := r.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	up := time.Now()
 	var readyAgain time.Duration = -1
 	for time.Since(up) < 30*time.Second {
-		if readyz(base) == http.StatusOK {
+		if testenv.Readyz(base) == http.StatusOK {
 			readyAgain = time.Since(up)
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("Redis away (%s) %v after the first publish for %v with %d keys through; %d more came out meanwhile; /readyz 503 after %v, 200 again %v after its return; %d Redis keys after it",
-		how, outageAt, outageLength, before, during-before, firstNotReady.Round(time.Millisecond), readyAgain.Round(time.Millisecond), r.dbsize())
+		how, outageAt, outageLength, before, during-before, firstNotReady.Round(time.Millisecond), readyAgain.Round(time.Millisecond), dbsize(r))
 	if firstNotReady < 0 {
 		t.Errorf("/readyz never answered 503 during the %v Redis was away", outageLength)
 	}
@@ -315,7 +251,7 @@ func testRedisOutage(t *testing.T, restart bool) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Logf("all keys out %v after the first publish", time.Since(start).Round(time.Millisecond))
-	if c := readyz(base); c != http.StatusOK {
+	if c := testenv.Readyz(base); c != http.StatusOK {
 		t.Errorf("/readyz at the end: %d, want 200", c)
 	}
 	p.stop()

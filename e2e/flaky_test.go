@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Issue 19's flaky network: one `dedupflow pipeline` reads the test broker,
 // keeps its horizon in Redis and writes to PostgreSQL, each through a
@@ -194,7 +194,7 @@ func TestFlakyNetwork(t *testing.T) {
 		// Recovered: the table grows again and /readyz answers 200.
 		rows, ok := waitRows(at, 30*time.Second)
 		ready := time.Now()
-		for readyz(base) != 200 && time.Since(ready) < 30*time.Second {
+		for testenv.Readyz(base) != 200 && time.Since(ready) < 30*time.Second {
 			time.Sleep(20 * time.Millisecond)
 		}
 		t.Logf("%s for %v: %d rows written during it; after it ends, the next row in %v, /readyz 200 in %v",
@@ -218,7 +218,7 @@ func TestFlakyNetwork(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Logf("all %d keys in the table %v after the first publish", len(keys), time.Since(start).Round(time.Millisecond))
-	m, err := scrape(base)
+	m, err := testenv.Scrape(base)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Issue 19's Redis Cluster failover, driven through the binary as the
 // replica tests are (and with their harness): three `dedupflow pipeline`
@@ -15,7 +15,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,43 +37,10 @@ const (
 )
 
 // clusterNode is one redis-server of a test cluster.
-type clusterNode struct {
-	t    *testing.T
-	bin  string
-	port int
-	dir  string
-	cmd  *exec.Cmd
-}
-
-func (n *clusterNode) addr() string { return "127.0.0.1:" + strconv.Itoa(n.port) }
-
-func (n *clusterNode) start() {
-	n.t.Helper()
-	n.cmd = exec.Command(n.bin, "--port", strconv.Itoa(n.port), "--bind", "127.0.0.1",
-		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
-		"--save", "", "--appendonly", "no", "--dir", n.dir, "--logfile", filepath.Join(n.dir, "redis.log"))
-	if err := n.cmd.Start(); err != nil {
-		n.t.Fatalf("start redis-server: %v", err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if c, err := net.Dial("tcp", n.addr()); err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(filepath.Join(n.dir, "redis.log"))
-			n.t.Fatalf("redis-server on %d did not listen within 10 s\n%s", n.port, b)
-		}
-	}
-}
-
-func (n *clusterNode) kill() {
-	_ = n.cmd.Process.Kill()
-	_ = n.cmd.Wait()
-}
+type clusterNode struct{ *testenv.Redis }
 
 func (n *clusterNode) client() *goredis.Client {
-	return goredis.NewClient(&goredis.Options{Addr: n.addr()})
+	return goredis.NewClient(&goredis.Options{Addr: n.Addr()})
 }
 
 // role is the node's "role:" from INFO replication ("" if it does not answer).
@@ -97,25 +63,17 @@ func (n *clusterNode) role() string {
 // every node reports the cluster ok and every replica is in sync.
 func startCluster(t *testing.T) []*clusterNode {
 	t.Helper()
-	bin := testenv.RedisServer(t)
-	cli := filepath.Join(filepath.Dir(bin), "redis-cli")
+	cli := filepath.Join(filepath.Dir(testenv.RedisServer(t)), "redis-cli")
 	if _, err := os.Stat(cli); err != nil {
 		cli = testenv.Tool(t, "redis-cli")
 	}
 	nodes := make([]*clusterNode, 6)
 	args := []string{"--cluster", "create"}
 	for i := range nodes {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		n := &clusterNode{t: t, bin: bin, port: port, dir: t.TempDir()}
-		n.start()
-		t.Cleanup(n.kill)
+		n := &clusterNode{testenv.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000")}
 		nodes[i] = n
-		args = append(args, n.addr())
+		args = append(args, n.Addr())
 	}
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
@@ -144,9 +102,9 @@ func startCluster(t *testing.T) []*clusterNode {
 
 // clusterURL is a --state URL naming every node as a seed.
 func clusterURL(nodes []*clusterNode, query string) string {
-	u := "redis://" + nodes[0].addr() + "?cluster=true"
+	u := "redis://" + nodes[0].Addr() + "?cluster=true"
 	for _, n := range nodes[1:] {
-		u += "&addr=" + n.addr()
+		u += "&addr=" + n.Addr()
 	}
 	if query != "" {
 		u += "&" + query
@@ -192,12 +150,12 @@ func testClusterFailover(t *testing.T, query string) {
 		c := n.client()
 		repl, _ := c.Info(context.Background(), "replication").Result()
 		c.Close()
-		if strings.Contains(repl, "master_port:"+strconv.Itoa(victim.port)+"\r") {
+		if strings.Contains(repl, "master_port:"+strconv.Itoa(victim.Port)+"\r") {
 			heir = n
 		}
 	}
 	if heir == nil {
-		t.Fatalf("no replica of the master on %d", victim.port)
+		t.Fatalf("no replica of the master on %d", victim.Port)
 	}
 	before, _ := out.state()
 	// On loopback a replica lags its master by microseconds, and what the
@@ -205,7 +163,7 @@ func testClusterFailover(t *testing.T, query string) {
 	// buffers: nothing would be lost. So the replica is frozen and its link
 	// cut for replicaLag before the kill, as a partition between them
 	// would do: the master acknowledges writes it copies to no one.
-	if err := heir.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := heir.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	vc = victim.client()
@@ -215,14 +173,14 @@ func testClusterFailover(t *testing.T, query string) {
 		t.Fatalf("cut the replica's link: %v", err)
 	}
 	time.Sleep(replicaLag)
-	victim.kill()
+	victim.Kill()
 	killed := time.Now()
-	if err := heir.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := heir.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	for heir.role() != "master" {
 		if time.Since(killed) > 30*time.Second {
-			t.Fatalf("the replica on %d was not promoted within 30 s of its master's SIGKILL", heir.port)
+			t.Fatalf("the replica on %d was not promoted within 30 s of its master's SIGKILL", heir.Port)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -230,9 +188,9 @@ func testClusterFailover(t *testing.T, query string) {
 	// The dead node comes back, as an orchestrator would restart it, and
 	// rejoins as the replica of its heir: with wait=1 the heir's commits
 	// need a replica again.
-	victim.start()
+	victim.Start()
 	t.Logf("master %s on %d SIGKILLed %v after the first publish with %d keys through, its replica on %d frozen and its link cut %v before; the replica promoted %v after the kill; the old master restarted as a replica",
-		vid[:8], victim.port, failoverAt, before, heir.port, replicaLag, promoted.Round(time.Millisecond))
+		vid[:8], victim.Port, failoverAt, before, heir.Port, replicaLag, promoted.Round(time.Millisecond))
 
 	pub := published()
 	t.Logf("published %d messages for %d keys (%d republished copies) in %v",

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ func newCrashEnv(t *testing.T) *crashEnv {
 	t.Helper()
 	dir := t.TempDir()
 	bin := buildBinary(t, false)
-	_, addr := listenBroker(t)
+	addr := listenBroker(t)
 	c := dialBroker(t, addr, crashProject)
 	return &crashEnv{t: t, dir: dir, bin: bin, addr: addr, client: c, project: crashProject}
 }

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The crash-safety proof: the pipeline binary is killed with SIGKILL at
 // random moments while it works, and restarted each time. With the disk

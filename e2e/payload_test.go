@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -49,7 +49,7 @@ func TestMaxOutstandingBytes(t *testing.T) {
 	}
 	pub.Stop()
 	received := func() float64 {
-		m, err := scrape(base)
+		m, err := testenv.Scrape(base)
 		if err != nil {
 			t.Fatal(err)
 		}

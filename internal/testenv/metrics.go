@@ -1,0 +1,50 @@
+package testenv
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Scrape reads the /metrics page under base into name{labels} -> value, the
+// series as the exposition text spells them, so a test names a series the
+// way a user reads it on the page.
+func Scrape(base string) (map[string]float64, error) {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, sc.Err()
+}
+
+// Readyz is the status code of base's /readyz, 0 when it does not answer
+// within 2 s.
+func Readyz(base string) int {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(base + "/readyz")
+	if err != nil {
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
