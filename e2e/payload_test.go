@@ -42,12 +42,21 @@ func TestMaxOutstandingBytes(t *testing.T) {
 	pub := e.client.Publisher(e.topic("input"))
 	const n, size = 30, 5 << 20
 	payload := bytes.Repeat([]byte("x"), size)
-	for i := range n {
-		if _, err := pub.Publish(ctx, &pubsub.Message{Data: payload, Attributes: map[string]string{"eid": fmt.Sprint(i)}}).Get(ctx); err != nil {
-			t.Fatal(err)
+	// Published while the watch below runs: it must see the pipeline's
+	// first seconds with the sink stuck, before the first write times out
+	// and its message comes back (counted as received again), however long
+	// 150 MB take to publish on a loaded machine.
+	published := make(chan error, 1)
+	go func() {
+		defer pub.Stop()
+		for i := range n {
+			if _, err := pub.Publish(ctx, &pubsub.Message{Data: payload, Attributes: map[string]string{"eid": fmt.Sprint(i)}}).Get(ctx); err != nil {
+				published <- err
+				return
+			}
 		}
-	}
-	pub.Stop()
+		published <- nil
+	}()
 	received := func() float64 {
 		m, err := testenv.Scrape(base)
 		if err != nil {
@@ -68,6 +77,9 @@ func TestMaxOutstandingBytes(t *testing.T) {
 	}
 	if most > 4 {
 		t.Errorf("the pipeline took %v messages of 5 MB while its sink was stuck; --max-outstanding-bytes 12 MiB allows 2 or 3", most)
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
 	}
 	if err := lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
