@@ -103,7 +103,7 @@ func TestBrokerMetricsTransforms(t *testing.T) {
 	if r, err := c.SubscriptionAdminClient.Pull(pctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10}); err == nil && len(r.ReceivedMessages) > 0 {
 		t.Fatalf("pulled %v through a transform that throws", r.ReceivedMessages)
 	}
-	m, err := scrape("http://" + maddr)
+	m, err := testenv.Scrape("http://" + maddr)
 	if err != nil {
 		t.Fatal(err)
 	}
