@@ -322,3 +322,51 @@ func TestKeepalive(t *testing.T) {
 		}
 	})
 }
+
+// TestReconnect: a broker that goes away and comes back on the same address
+// (with its data) is read again by the same Receive, which reopens its
+// stream with backoff; every message is delivered.
+func TestReconnect(t *testing.T) {
+	dir := t.TempDir()
+	start := func(addr string) (*broker.Broker, string) {
+		b, err := broker.New(broker.Options{DataDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := b.Listen(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, a
+	}
+	b, addr := start("127.0.0.1:0")
+	e := newEnv(t, addr)
+	e.publish(50)
+	r := e.receiver(Options{Streams: 1})
+	var s seen
+	ack := func(_ context.Context, ms []*pubsub.Message, rs []Result) {
+		s.add(ms)
+		for i := range rs {
+			rs[i].Ack = true
+		}
+	}
+	restarted := false
+	err := run(t, r, ack, func() bool {
+		if !restarted && s.distinct() == 50 {
+			restarted = true
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			b, _ = start(addr)
+			e.publish(50)
+		}
+		return s.distinct() == 100
+	})
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Stats(); st.Streams < 2 {
+		t.Errorf("stats %+v: the stream was not reopened", st)
+	}
+}
