@@ -160,7 +160,9 @@ func (b *Broker) topicTransforms(name string) *transforms {
 // their sizes (nil for a message filtered out: its publisher gets a message
 // ID and nothing is stored) and the request that schema validation sees.
 // A message that fails a topic transform fails the whole publish, with
-// nothing stored. A topic without transforms costs one lookup.
+// nothing stored. A topic without transforms costs one lookup. The UDF's
+// metadata has the publish time but no message_id: IDs are given after the
+// transforms, since a filtered message takes none from the log.
 func (b *Broker) transformPublish(req *pb.PublishRequest, sizes []int) (*pb.PublishRequest, []*pb.PubsubMessage, []int, error) {
 	ts := b.topicTransforms(req.Topic)
 	if ts == nil {

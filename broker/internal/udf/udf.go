@@ -15,7 +15,10 @@
 //   - a thrown error, a wrong return value or a limit passed fails the
 //     message for this transform; the caller decides where it goes.
 //
-// Limits: the code is at most MaxCodeBytes, one call runs at most
+// Limits, the figures of Google's UDF limits as we read them (20 KB of
+// code, 500 ms a message; the stored documentation we could search did not
+// show that section, so check them against the current page): the code is
+// at most MaxCodeBytes, one call runs at most
 // MaxRunTime (goja's Interrupt stops it), and the memory a call can take is
 // bounded by what it returns (MaxResultBytes, Pub/Sub's message size);
 // goja offers no heap limit, so a call that builds a large value and drops
