@@ -356,15 +356,6 @@ func (b *Broker) change(ctx context.Context, fn func() error) error {
 	return durable(ctx, b, off)
 }
 
-// waitDurable returns once everything the caller logged is on disk (a no-op
-// in memory).
-func (b *Broker) waitDurable(ctx context.Context) error {
-	if b.wal == nil {
-		return nil
-	}
-	return b.wal.wait(ctx, b.wal.offset())
-}
-
 // NewTestServer starts an in-memory broker on a free loopback port, for
 // tests of code that talks to Pub/Sub. Point clients at addr (for example
 // with PUBSUB_EMULATOR_HOST) and call stop when done.

@@ -1,5 +1,7 @@
 package broker
 
+//lint:file-ignore SA1019 the tests pull with ReturnImmediately, deprecated in the API yet still honoured by the service, to see an empty backlog at once
+
 import (
 	"bytes"
 	"compress/gzip"

@@ -250,8 +250,9 @@ func (b *Broker) addRevision(ctx context.Context, name string, pick func(*schema
 
 func (srv *schemaServer) DeleteSchemaRevision(ctx context.Context, req *pb.DeleteSchemaRevisionRequest) (*pb.Schema, error) {
 	name := req.Name
-	if req.RevisionId != "" && !strings.Contains(name, "@") { //nolint:staticcheck // older clients send it apart
-		name += "@" + req.RevisionId //nolint:staticcheck
+	//lint:ignore SA1019 deprecated in the API, yet older clients send the revision apart from the name
+	if rev := req.RevisionId; rev != "" && !strings.Contains(name, "@") {
+		name += "@" + rev
 	}
 	base, rev, err := splitRevision(name)
 	if err != nil {

@@ -196,11 +196,13 @@ func (srv *subscriberServer) Pull(ctx context.Context, req *pb.PullRequest) (*pb
 		b.fireTimersLocked(b.nowNanos())
 		deadline := time.Duration(s.proto.AckDeadlineSeconds) * time.Second
 		ds := b.deliverLocked(s, int(min(req.MaxMessages, 10000)), limits.RequestBytes, deadline, nil, nil)
-		if len(ds) > 0 || req.ReturnImmediately { //nolint:staticcheck // still sent by old clients
+		//lint:ignore SA1019 deprecated in the API, yet still sent by clients and honoured by the service
+		if len(ds) > 0 || req.ReturnImmediately {
 			ts := s.transforms
 			b.mu.Unlock()
 			if ts != nil && len(ds) > 0 {
-				if ds = b.transformDeliveries(s, ts, ds); len(ds) == 0 && !req.ReturnImmediately { //nolint:staticcheck // as above
+				//lint:ignore SA1019 as above
+				if ds = b.transformDeliveries(s, ts, ds); len(ds) == 0 && !req.ReturnImmediately {
 					continue
 				}
 			}

@@ -157,11 +157,15 @@ export CONTAINERS_STORAGE_CONF="$work/containers/storage.conf"
 export DEDUPFLOW_IMAGE=localhost/dedupflow:test
 buildah bud --quiet --layers=false --build-arg ROOTFS=prebuilt -t "$DEDUPFLOW_IMAGE" "$work/image" >/dev/null
 
-log "go vet"
+log "go vet, staticcheck"
+staticcheck=$(go env GOPATH)/bin/staticcheck
+[ -x "$staticcheck" ] || go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # GOWORK=off: the module users import is tested on its own go.mod, not on the
 # versions that the workspace's other modules (go.work) would bring in.
 GOWORK=off go vet ./...
 go vet ./bench/...
+GOWORK=off "$staticcheck" ./...
+"$staticcheck" ./bench/... ./e2e/...
 log "go test"
 # -parallel: the paced end-to-end tests mostly wait on servers and timers, so
 # more of them run at once than there are cores.

@@ -96,7 +96,7 @@ const (
 	kindRedis = "Redis"
 )
 
-var errSpec = errors.New("want mem, file:PATH or redis://...")
+var errSpec = errors.New("want mem, file:PATH or redis://HOST")
 
 func parse(spec string) (kind, arg string, err error) {
 	switch {
