@@ -32,12 +32,25 @@ type transforms struct {
 	src  []*pb.MessageTransform
 }
 
+// maxEnabledTransforms is how many transforms a topic or a subscription may
+// have enabled: "up to five", in Google's guides to creating them.
+const maxEnabledTransforms = 5
+
 // compileTransforms checks message_transforms as CreateTopic, UpdateTopic,
 // CreateSubscription and UpdateSubscription do: each must be a JavaScript
 // UDF whose code parses and holds the named function.
 func compileTransforms(ms []*pb.MessageTransform) (*transforms, error) {
 	if len(ms) == 0 {
 		return nil, nil
+	}
+	enabled := 0
+	for _, m := range ms {
+		if !m.Disabled {
+			enabled++
+		}
+	}
+	if enabled > maxEnabledTransforms {
+		return nil, status.Errorf(codes.InvalidArgument, "message_transforms: %d are enabled, at most %d may be", enabled, maxEnabledTransforms)
 	}
 	ts := &transforms{src: ms}
 	for i, m := range ms {

@@ -171,19 +171,33 @@ func TestTransformInvalidCodeRefused(t *testing.T) {
 		{jsTransform("g", "function f(m) { return m; }"), `no function named "g"`},
 		{jsTransform("", "function f(m) { return m; }"), "function_name is empty"},
 		{&pb.MessageTransform{}, "only javascript_udf"},
+		{nil, "6 are enabled, at most 5"},
 	} {
-		_, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topicName(unique("t")), MessageTransforms: []*pb.MessageTransform{tc.tr}})
+		trs := []*pb.MessageTransform{tc.tr}
+		if tc.tr == nil {
+			trs = nil
+			for range 6 {
+				trs = append(trs, jsTransform("up", udfUpper))
+			}
+			off := jsTransform("up", udfUpper)
+			off.Disabled = true
+			ok := append([]*pb.MessageTransform{off}, trs[:5]...)
+			if _, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topicName(unique("t")), MessageTransforms: ok}); err != nil {
+				t.Errorf("five enabled and one disabled: %v", err)
+			}
+		}
+		_, err := c.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: topicName(unique("t")), MessageTransforms: trs})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("create topic: %v, want InvalidArgument with %q", err, tc.want)
 		}
 		topic := createTopic(t, c)
 		_, err = c.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{Name: subName(unique("s")), Topic: topic,
-			MessageTransforms: []*pb.MessageTransform{tc.tr}})
+			MessageTransforms: trs})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("create subscription: %v, want InvalidArgument with %q", err, tc.want)
 		}
 		_, err = c.TopicAdminClient.UpdateTopic(ctx, &pb.UpdateTopicRequest{
-			Topic:      &pb.Topic{Name: topic, MessageTransforms: []*pb.MessageTransform{tc.tr}},
+			Topic:      &pb.Topic{Name: topic, MessageTransforms: trs},
 			UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"message_transforms"}}})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("update topic: %v, want InvalidArgument with %q", err, tc.want)
