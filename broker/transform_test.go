@@ -284,3 +284,28 @@ func TestTransformRestart(t *testing.T) {
 		t.Errorf("subscription after restart: %v %v", got.GetMessageTransforms(), err)
 	}
 }
+
+// TestTransformFailureKeepsMessage: without a dead-letter topic, a message
+// that fails a subscription's transform is not lost: once the UDF is fixed,
+// it is delivered after its ack deadline, transformed by the new code.
+func TestTransformFailureKeepsMessage(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	topic := createTopic(t, c)
+	sub := createSub(t, c, &pb.Subscription{Topic: topic, AckDeadlineSeconds: 10,
+		MessageTransforms: []*pb.MessageTransform{jsTransform("boom", udfThrow)}})
+	publish(t, c, topic, &pubsub.Message{Data: []byte("kept")})
+	r, err := c.SubscriptionAdminClient.Pull(context.Background(), &pb.PullRequest{Subscription: sub.Name, MaxMessages: 10, ReturnImmediately: true}) //nolint:staticcheck
+	if err != nil || len(r.ReceivedMessages) != 0 {
+		t.Fatalf("the failed message was delivered: %v (%v)", r, err)
+	}
+	if _, err := c.SubscriptionAdminClient.UpdateSubscription(context.Background(), &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: sub.Name, MessageTransforms: []*pb.MessageTransform{jsTransform("up", udfUpper)}},
+		UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"message_transforms"}}}); err != nil {
+		t.Fatal(err)
+	}
+	tg.clock.Advance(11 * time.Second)
+	if m := pullOne(t, c, sub.Name, 5*time.Second).Message; string(m.Data) != "KEPT" {
+		t.Errorf("after the fix got %q, want KEPT", m.Data)
+	}
+}
