@@ -12,6 +12,9 @@ import (
 // request may carry, as the official client's bound.
 const maxIDs = 2500
 
+// drainTimeout bounds how long a stop reads a half-closed stream to its end.
+const drainTimeout = 5 * time.Second
+
 // unaryTimeout bounds an ack or nack sent by a unary call after its stream
 // broke: what it fails to settle comes back after its ack deadline.
 const unaryTimeout = 10 * time.Second
@@ -220,7 +223,7 @@ func (s *session) run(ctx context.Context, resps <-chan incoming, recvErr <-chan
 				return s.broken(errSilent)
 			}
 		case <-ctx.Done():
-			return s.stop()
+			return s.stop(resps, recvErr)
 		}
 	}
 }
@@ -378,8 +381,11 @@ func (s *session) confirmed(resp *pb.StreamingPullResponse) {
 }
 
 // stop settles what the session holds at a stop: the messages not handed
-// over are nacked, the batch in work is finished and settled.
-func (s *session) stop() error {
+// over are nacked, the batch in work is finished and settled. Then it
+// half-closes the stream and reads it to its end: what the server sent
+// before it saw the half-close is nacked too (by the unary call), so it
+// comes back at once rather than after the ack deadline.
+func (s *session) stop(resps <-chan incoming, recvErr <-chan error) error {
 	nack := settled{ms: s.pending, rs: make([]Result, len(s.pending))}
 	s.pending = nil
 	err := s.settle(nack, false)
@@ -391,6 +397,30 @@ func (s *session) stop() error {
 		}
 	}
 	_ = s.spc.CloseSend()
+	var late []string
+	timeout := time.NewTimer(drainTimeout)
+	defer timeout.Stop()
+drain:
+	for {
+		select {
+		case in := <-resps:
+			for _, m := range in.resp.ReceivedMessages {
+				late = append(late, m.AckId)
+			}
+			s.r.release(in.ws...)
+		case <-recvErr:
+			break drain
+		case <-timeout.C:
+			break drain
+		}
+	}
+	if len(late) > 0 {
+		s.r.received.Add(int64(len(late)))
+		s.r.nacked.Add(int64(len(late)))
+		if e := s.modack(late, 0, true); err == nil {
+			err = e
+		}
+	}
 	s.drop()
 	if err != nil {
 		s.r.opt.Logger.Warn("settling the messages in hand at the stop failed; they come back after their ack deadline",
