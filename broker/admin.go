@@ -25,7 +25,9 @@ func (b *Broker) putTopicLocked(id uint64, tp *pb.Topic) *topic {
 		b.topicByID[id] = t
 	}
 	t.proto = tp
-	t.transforms = t.transforms.updated(tp.MessageTransforms)
+	if t.transforms = t.transforms.updated(tp.MessageTransforms); t.transforms != nil {
+		b.anyTopicTransforms.Store(true)
+	}
 	b.topics[tp.Name] = t
 	b.nextID = max(b.nextID, id+1)
 	t.updateRetainFor()

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -60,6 +61,9 @@ type Broker struct {
 	opts Options
 	log  *slog.Logger
 	now  func() time.Time
+	// anyTopicTransforms is set once a topic has message transforms, so
+	// that until then a publish does not take mu to look for them.
+	anyTopicTransforms atomic.Bool
 
 	// mu guards all delivery state below. One lock keeps the log order equal
 	// to the state order; every operation under it is O(1) or O(log n) per
