@@ -271,6 +271,9 @@ func TestBeamReferenceSideBySide(t *testing.T) {
 	if subs := s.listInputSubs(t); len(subs) != 1 || !strings.Contains(subs[0], "_beam_") {
 		t.Errorf("input subscriptions after both ended: %q, want only Beam's", subs)
 	}
+	for _, o := range []*output{s.beamOut, s.dfOut, s.dfDeadLetter} {
+		o.stop()
+	}
 	if code := s.broker.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("dedupflow broker exited %d after SIGTERM:\n%s", code, s.broker.out.String())
 	}

@@ -48,7 +48,11 @@ func runSpringTutorial(t *testing.T, java, jar, bin string) {
 	form := "http://127.0.0.1:" + app.waitFor(t, reTomcat, 3*time.Minute) + "/"
 	app.waitFor(t, regexp.MustCompile(`(Started App) in`), time.Minute)
 
-	for _, m := range []struct{ message, key string }{
+	// Each message is posted once the pipeline has decided the one before,
+	// as a reader types them: Message 2 is the first of key 456 it sees,
+	// not whichever of 2, 3 and 4 the app's publisher happened to send first.
+	var got consoleCounts
+	for i, m := range []struct{ message, key string }{
 		{"Message 1", "123"}, {"Message 2", "456"}, {"Message 3", "456"}, {"Message 4", "456"},
 	} {
 		resp, err := http.PostForm(form, url.Values{"message": {m.message}, "key": {m.key}})
@@ -59,9 +63,11 @@ func runSpringTutorial(t *testing.T, java, jar, bin string) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("posting %q to the form: %s", m.message, resp.Status)
 		}
+		got = waitCounts(t, console, time.Minute, func(c consoleCounts) bool {
+			n := int64(i + 1)
+			return c.Received == n && c.Emitted+c.Republish == n
+		})
 	}
-
-	got := waitCounts(t, console, time.Minute, func(c consoleCounts) bool { return c.Received == 4 })
 	if got.Emitted != 2 || got.Republish != 2 || got.Redelivery != 0 {
 		t.Errorf("console counts %+v, want 4 received, 2 emitted, 2 republishes", got)
 	}

@@ -53,8 +53,8 @@ func TestOpenTypes(t *testing.T) {
 
 func TestBadSpecs(t *testing.T) {
 	for spec, want := range map[string]string{
-		"memory":                  `unknown state "memory": want mem, file:PATH or redis://...`,
-		"/var/lib/x.db":           `unknown state "/var/lib/x.db": want mem, file:PATH or redis://...`,
+		"memory":                  `unknown state "memory": want mem, file:PATH or redis://HOST`,
+		"/var/lib/x.db":           `unknown state "/var/lib/x.db": want mem, file:PATH or redis://HOST`,
 		"file:":                   `state "file:": empty path: want file:PATH`,
 		"file:///var/x.db":        "not a file:// URL",
 		"redis://h:1/0?cluster=x": `cluster="x": want true or false`,
