@@ -3,6 +3,10 @@ package main
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +121,21 @@ func TestUnreadVariableWarned(t *testing.T) {
 	}
 	if strings.Contains(log, "DEDUPFLOW_HORIZON") || strings.Contains(log, "DEDUPFLOW_REDIS_URL") || strings.Contains(log, "pw@") {
 		t.Errorf("warned about a variable the command or the tests read, or showed a value:\n%s", log)
+	}
+}
+
+// TestTestVariablesKnown: every DEDUPFLOW_* variable scripts/test.sh
+// exports is one the commands know for a test's, so a command run by a
+// test never warns about CI's own environment (a new variable once made
+// the outage tests see a warning they count).
+func TestTestVariablesKnown(t *testing.T) {
+	script, err := os.ReadFile(filepath.Join("..", "..", "scripts", "test.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`export (DEDUPFLOW_[A-Z0-9_]+)=`).FindAllStringSubmatch(string(script), -1) {
+		if !slices.Contains(testVariables, m[1]) {
+			t.Errorf("scripts/test.sh exports %s, which testVariables (common.go) lacks", m[1])
+		}
 	}
 }
