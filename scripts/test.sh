@@ -182,7 +182,7 @@ wait "$e2e" || e2e_status=$?
 cat "$work/e2e.log"
 [ "$e2e_status" = 0 ] || exit "$e2e_status"
 log "go test: deploy/validate (Kubernetes and compose types, a module of its own)"
-(cd deploy/validate && go vet ./... && go test -count=1 ./...)
+(cd deploy/validate && GOWORK=off go vet ./... && GOWORK=off go test -count=1 ./...)
 log "go test, without -race: the reference runs that pstest's own data race keeps out of -race"
 go test -count=1 -run '^TestRedeliveryAfterDeadline$' ./broker/
 log "fuzz (brief)"
