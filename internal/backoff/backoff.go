@@ -56,6 +56,7 @@ type Tracker struct {
 	mu       sync.Mutex
 	failures int
 	until    time.Time
+	back     time.Time // when the dependency last answered after failing
 }
 
 // NewTracker follows the dependency called name; downMsg says what the
@@ -90,13 +91,20 @@ func (t *Tracker) OK() {
 	t.failures = 0
 	t.failing.Store(false)
 	t.until = time.Time{}
+	t.back = t.now()
 	t.log.Info(t.name+" reachable again, resuming", "component", t.name)
 }
 
-// Fail records a failure and starts (or lengthens) a pause.
-func (t *Tracker) Fail(err error) {
+// Fail records the failure of a call made at started (zero: unknown) and
+// starts (or lengthens) a pause. A call made before the dependency last
+// came back reports an outage already over: its timeout, arriving just
+// after the first success, must not start another.
+func (t *Tracker) Fail(started time.Time, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !started.IsZero() && started.Before(t.back) {
+		return
+	}
 	t.failures++
 	t.failing.Store(true)
 	if next := t.now().Add(Delay(t.failures, t.lo, t.hi)); next.After(t.until) {

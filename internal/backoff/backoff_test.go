@@ -26,7 +26,7 @@ func TestTracker(t *testing.T) {
 	if !tr.Ready() {
 		t.Fatal("new tracker not ready")
 	}
-	tr.Fail(errors.New("refused"))
+	tr.Fail(now, errors.New("refused"))
 	if tr.Ready() {
 		t.Fatal("ready after a failure")
 	}
@@ -40,9 +40,20 @@ func TestTracker(t *testing.T) {
 	if err := tr.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	began := now // a call made during the outage
+	now = now.Add(time.Second)
 	tr.OK()
 	if !tr.Ready() {
 		t.Fatal("not ready after a success")
+	}
+	// That call's timeout arrives after the success: the outage is over.
+	tr.Fail(began, errors.New("i/o timeout"))
+	if !tr.Ready() {
+		t.Fatal("not ready after a failure of a call made before the success")
+	}
+	tr.Fail(now, errors.New("refused"))
+	if tr.Ready() {
+		t.Fatal("ready after a failure of a call made after the success")
 	}
 }
 

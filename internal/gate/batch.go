@@ -169,7 +169,7 @@ func (g *Gate) claimBatch(ctx context.Context, items []*Item, pending []int, out
 		g.storeHealth.OK()
 	}
 	if failed != nil {
-		g.storeFailed(ctx, failed) // stops on a fatal error, else marks the outage and holds through its pause
+		g.storeFailed(ctx, start, failed) // stops on a fatal error, else marks the outage and holds through its pause
 	}
 	return work, deferred, claimed
 }
@@ -258,7 +258,7 @@ func (g *Gate) workBatch(ctx context.Context, jobs []job, outs []outcome.Outcome
 		case emitted > 0 || failed == nil: // the dependency answered
 			g.workHealth.OK()
 		case ctx.Err() == nil: // a shutdown is not an outage
-			g.workHealth.Fail(failed)
+			g.workHealth.Fail(since, failed)
 		}
 	}
 	g.commitBatch(ctx, commits, done)
@@ -282,6 +282,7 @@ func (g *Gate) do(ctx context.Context, its []*Item, errs []error) {
 // half the lease, then acking all the same.
 func (g *Gate) commitBatch(ctx context.Context, jobs []job, done time.Time) {
 	deadline := done.Add(g.dd.Lease() / 2)
+	started := done // the first attempt follows the work at once
 	for n := 1; len(jobs) > 0; n++ {
 		ts := make([]dedup.Ticket, len(jobs))
 		for j, jb := range jobs {
@@ -302,8 +303,13 @@ func (g *Gate) commitBatch(ctx context.Context, jobs []job, done time.Time) {
 			again, last = append(again, jobs[j]), err
 		}
 		if len(again) == 0 {
+			g.storeHealth.OK()
 			return
 		}
+		// A store that cannot commit is down as surely as one that cannot
+		// claim: without this, a batch path whose batches all sit in these
+		// retries would look ready through a whole outage.
+		g.storeHealth.Fail(started, last)
 		pause := backoff.Delay(n, 100*time.Millisecond, 2*time.Second)
 		if g.now().Add(pause).After(deadline) {
 			g.log.Warn("commit after the "+g.cfg.Work.Name+" succeeded failed; acking, a later copy may pass carrying the key",
@@ -311,7 +317,7 @@ func (g *Gate) commitBatch(ctx context.Context, jobs []job, done time.Time) {
 			return
 		}
 		_ = backoff.Sleep(context.WithoutCancel(ctx), pause)
-		jobs = again
+		jobs, started = again, g.now()
 	}
 }
 

@@ -275,3 +275,73 @@ func TestPassBatchStoreDown(t *testing.T) {
 		t.Fatalf("ready %v, written %v: want not ready, nothing written", r.g.Ready(), r.written)
 	}
 }
+
+// commitsFail is a store whose first commit fails; at the commit after it,
+// it records whether the gate said it was ready.
+type commitsFail struct {
+	*mem.Store
+	g           *Gate
+	mu          sync.Mutex
+	calls       int
+	readyAtNext bool
+}
+
+func (c *commitsFail) failFirst() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	if c.calls == 1 {
+		return fmt.Errorf("%w: i/o timeout", dedup.ErrUnavailable)
+	}
+	if c.calls == 2 {
+		c.readyAtNext = c.g.Ready()
+	}
+	return nil
+}
+
+func (c *commitsFail) Commit(ctx context.Context, k dedup.Key, msgID string, expires time.Time) error {
+	if err := c.failFirst(); err != nil {
+		return err
+	}
+	return c.Store.Commit(ctx, k, msgID, expires)
+}
+
+func (c *commitsFail) CommitBatch(ctx context.Context, es []dedup.Entry, errs []error) {
+	if err := c.failFirst(); err != nil {
+		fill(errs, err)
+		return
+	}
+	c.Store.CommitBatch(ctx, es, errs)
+}
+
+// TestCommitFailureNotReady: a store that takes claims but fails a
+// commit is reported down until a commit goes through again, on both
+// paths. A batch that sits in its commit retries claims nothing, so the
+// commit is the only call that can tell (Redis frozen with SIGSTOP).
+func TestCommitFailureNotReady(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			s := &commitsFail{Store: mem.New()}
+			r := newRig(t, s, dedup.Fallback)
+			s.g = r.g
+			ms := msgs("1:a:x", "2:b:x")
+			var outs []outcome.Outcome
+			if batch {
+				outs = r.batch(ms)
+			} else {
+				for _, m := range ms[:1] {
+					outs = append(outs, r.g.Pass(context.Background(), m))
+				}
+			}
+			if outs[0] != outcome.Emitted {
+				t.Fatalf("outcome %s, want emitted", outs[0])
+			}
+			if s.readyAtNext {
+				t.Error("ready while retrying a failed commit: want not ready")
+			}
+			if !r.g.Ready() {
+				t.Error("not ready after the commit went through: want ready")
+			}
+		})
+	}
+}

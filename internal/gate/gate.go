@@ -302,7 +302,7 @@ func (g *Gate) decide(ctx context.Context, it *Item) outcome.Outcome {
 	claimed := g.now()
 	g.m.storeTime.Observe(max(claimed.Sub(start)-v.Waited, 0).Seconds()) // a wait for our own work is not the store's
 	if err != nil {
-		return g.storeFailed(ctx, err)
+		return g.storeFailed(ctx, start, err)
 	}
 	if v.Status != dedup.InFlight { // a local in-flight verdict never reached the store
 		g.storeHealth.OK()
@@ -347,14 +347,14 @@ func (g *Gate) unknown(s dedup.Status, msgID string) outcome.Outcome {
 	return outcome.Retried
 }
 
-// storeFailed handles a claim that failed.
-func (g *Gate) storeFailed(ctx context.Context, err error) outcome.Outcome {
+// storeFailed handles a claim made at start that failed.
+func (g *Gate) storeFailed(ctx context.Context, start time.Time, err error) outcome.Outcome {
 	switch {
 	case ctx.Err() != nil: // a shutdown is not an outage
 	case errors.Is(err, dedup.ErrFatal):
 		g.stop(err)
 	default:
-		g.storeHealth.Fail(err)
+		g.storeHealth.Fail(start, err)
 		// Hold the message through the pause instead of nacking it at
 		// once: it would come straight back and find the store still down.
 		_ = g.storeHealth.Wait(ctx)
@@ -404,7 +404,7 @@ func (g *Gate) reject(ctx context.Context, in *pubsub.Message, reason error) out
 				"unusable message nacked: the dead-letter topic refuses it too; it comes back until it is removed")
 			return outcome.Retried
 		case ctx.Err() == nil:
-			g.rejectHealth.Fail(err)
+			g.rejectHealth.Fail(time.Time{}, err)
 		}
 		g.log.Warn("moving an unusable message aside failed; message nacked", "message_id", in.ID, "reason", reason, "err", err)
 		return outcome.Retried

@@ -90,7 +90,7 @@ func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, n *note, sin
 			return g.reject(ctx, it.In, err)
 		}
 		if g.workHealth != nil && ctx.Err() == nil {
-			g.workHealth.Fail(err)
+			g.workHealth.Fail(since, err)
 		}
 		g.log.Debug(g.cfg.Work.Name+" failed: message nacked", "key", it.Key, "message_id", it.In.ID, "err", err)
 		return outcome.Retried
@@ -119,15 +119,18 @@ func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, n *note, sin
 // the key. Its pauses outlive a shutdown of ctx.
 func (g *Gate) commit(ctx context.Context, it *Item, t dedup.Ticket, done time.Time) {
 	deadline := done.Add(g.dd.Lease() / 2)
+	started := done // the first attempt follows the work at once
 	for n := 1; ; n++ {
 		err := g.dd.Commit(g.by.ctx(), t)
 		if err == nil {
+			g.storeHealth.OK()
 			return
 		}
 		if errors.Is(err, dedup.ErrFatal) {
 			g.stop(err)
 			return
 		}
+		g.storeHealth.Fail(started, err) // the store is down: /readyz says so, claims pause
 		pause := backoff.Delay(n, 100*time.Millisecond, 2*time.Second)
 		if g.now().Add(pause).After(deadline) {
 			g.log.Warn("commit after the "+g.cfg.Work.Name+" succeeded failed; acking, a later copy may pass carrying the key",
@@ -135,6 +138,7 @@ func (g *Gate) commit(ctx context.Context, it *Item, t dedup.Ticket, done time.T
 			return
 		}
 		_ = backoff.Sleep(context.WithoutCancel(ctx), pause)
+		started = g.now()
 	}
 }
 
