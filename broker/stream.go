@@ -29,6 +29,42 @@ type pullStream struct {
 	maxMsgs  int // 0: no limit
 	maxBytes int // 0: no limit
 	deadline time.Duration
+	// confirm holds the exactly-once confirmations of acks and deadline
+	// changes sent on the stream, until the sending loop sends them.
+	confirm *pb.StreamingPullResponse
+}
+
+// confirmLocked records, on an exactly-once subscription, the outcome of
+// the ack IDs a stream request carried: the service confirms each on the
+// stream, as valid or invalid, since a stream request has no reply.
+func (st *pullStream) confirmLocked(ids []string, failed map[string]string, modAck bool) {
+	if st.confirm == nil {
+		st.confirm = &pb.StreamingPullResponse{}
+	}
+	var ok, invalid *[]string
+	if modAck {
+		c := st.confirm.ModifyAckDeadlineConfirmation
+		if c == nil {
+			c = &pb.StreamingPullResponse_ModifyAckDeadlineConfirmation{}
+			st.confirm.ModifyAckDeadlineConfirmation = c
+		}
+		ok, invalid = &c.AckIds, &c.InvalidAckIds
+	} else {
+		c := st.confirm.AcknowledgeConfirmation
+		if c == nil {
+			c = &pb.StreamingPullResponse_AcknowledgeConfirmation{}
+			st.confirm.AcknowledgeConfirmation = c
+		}
+		ok, invalid = &c.AckIds, &c.InvalidAckIds
+	}
+	for _, id := range ids {
+		if _, bad := failed[id]; bad {
+			*invalid = append(*invalid, id)
+		} else {
+			*ok = append(*ok, id)
+		}
+	}
+	st.wakeUp()
 }
 
 func (st *pullStream) wakeUp() {
@@ -129,7 +165,14 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 		b.fireTimersLocked(b.nowNanos())
 		ds = srv.streamBatchLocked(s, st, ds[:0])
 		eod, ordered, ts := s.eod(), s.ordered(), s.transforms
+		confirm := st.confirm
+		st.confirm = nil
 		b.mu.Unlock()
+		if confirm != nil {
+			if err := stream.Send(confirm); err != nil {
+				return err
+			}
+		}
 		if ts != nil && len(ds) > 0 {
 			if ds = b.transformDeliveries(s, ts, ds); len(ds) == 0 {
 				continue
@@ -223,19 +266,27 @@ func checkStreamRequest(r *pb.StreamingPullRequest) error {
 }
 
 // streamRequestLocked applies acks, deadline changes and settings that a
-// client sends on the stream (checkStreamRequest vetted it). Ack IDs that
-// are unknown or expired cannot be reported one by one on a stream, so they
-// are ignored, as by the service.
+// client sends on the stream (checkStreamRequest vetted it). On an
+// exactly-once subscription each ack ID is confirmed on the stream as
+// valid or invalid (unknown, expired, or its message delivered again);
+// elsewhere unknown and expired ones are ignored, as by the service.
 func (srv *subscriberServer) streamRequestLocked(s *subscription, st *pullStream, r *pb.StreamingPullRequest) {
 	b := srv.b
 	if s.deleted() {
 		return
 	}
 	if len(r.AckIds) > 0 {
-		b.ackLocked(s, r.AckIds)
+		failed := b.ackLocked(s, r.AckIds)
+		if s.eod() {
+			st.confirmLocked(r.AckIds, failed, false)
+		}
 	}
 	for i := range r.ModifyDeadlineAckIds {
-		b.modAckLocked(s, r.ModifyDeadlineAckIds[i:i+1], min(r.ModifyDeadlineSeconds[i], maxAckDeadline))
+		ids := r.ModifyDeadlineAckIds[i : i+1]
+		failed := b.modAckLocked(s, ids, min(r.ModifyDeadlineSeconds[i], maxAckDeadline))
+		if s.eod() {
+			st.confirmLocked(ids, failed, true)
+		}
 	}
 	if r.StreamAckDeadlineSeconds != 0 {
 		if d, err := streamDeadline(r.StreamAckDeadlineSeconds, s); err == nil {

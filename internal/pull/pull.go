@@ -68,7 +68,8 @@ type Options struct {
 	// MaxBatch is the most messages handed over at once; default 1000.
 	MaxBatch int
 	// BatchWait bounds how long a message waits for its batch to fill
-	// while the stream is idle; default 5 ms.
+	// while the stream is idle; 0 hands over at once what has arrived
+	// (messages still gather while a batch is in work).
 	BatchWait time.Duration
 	// AckDeadline is the stream's ack deadline, which leases are extended
 	// by; default 60 s (10 s to 600 s).
@@ -92,8 +93,8 @@ func (o *Options) defaults() error {
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 1000
 	}
-	if o.BatchWait <= 0 {
-		o.BatchWait = 5 * time.Millisecond
+	if o.BatchWait < 0 {
+		return fmt.Errorf("batch wait %v: want 0 or more", o.BatchWait)
 	}
 	if o.AckDeadline == 0 {
 		o.AckDeadline = time.Minute

@@ -3,12 +3,18 @@ package pull
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/internal/testenv"
@@ -368,5 +374,215 @@ func TestReconnect(t *testing.T) {
 	}
 	if st := r.Stats(); st.Streams < 2 {
 		t.Errorf("stats %+v: the stream was not reopened", st)
+	}
+}
+
+// TestExactlyOnceConfirmations: on an exactly-once subscription the server
+// confirms each ack sent on the stream. Acks of messages that a seek has
+// handed out again are confirmed invalid and counted, and the messages
+// come back; the acks of their second delivery are confirmed valid.
+func TestExactlyOnceConfirmations(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, ours(t))
+	sub, err := e.c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: e.sub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.EnableExactlyOnceDelivery = true
+	if _, err := e.c.SubscriptionAdminClient.UpdateSubscription(ctx, &pubsubpb.UpdateSubscriptionRequest{Subscription: sub,
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enable_exactly_once_delivery"}}}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	before := time.Now().Add(-time.Minute)
+	e.publish(n)
+	r := e.receiver(Options{Streams: 1})
+	var s seen
+	var seeked atomic.Bool
+	h := func(ctx context.Context, ms []*pubsub.Message, rs []Result) {
+		if !seeked.Swap(true) {
+			// Hand everything out again while this batch is in hand.
+			_, err := e.c.SubscriptionAdminClient.Seek(ctx, &pubsubpb.SeekRequest{Subscription: e.sub,
+				Target: &pubsubpb.SeekRequest_Time{Time: timestamppb.New(before)}})
+			if err != nil {
+				t.Error(err)
+			}
+		}
+		s.add(ms)
+		for i := range rs {
+			rs[i].Ack = true
+		}
+	}
+	first := 0
+	err = run(t, r, h, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if first == 0 && len(s.batches) > 0 {
+			first = s.batches[0]
+		}
+		again := 0
+		for _, c := range s.n {
+			if c > 1 {
+				again++
+			}
+		}
+		return first > 0 && again >= first && r.Stats().InvalidAcks >= int64(first)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Stats(); st.InvalidAcks != int64(first) {
+		t.Errorf("stats %+v: want %d invalid acks, those of the batch in hand at the seek", st, first)
+	}
+}
+
+// TestOrderingAcrossBatches: on an ordered subscription the messages of
+// each ordering key are handed over in publish order, within a batch and
+// from one batch to the next, on every stream.
+func TestOrderingAcrossBatches(t *testing.T) {
+	testenv.EmulatorAndOurs(t, ours, func(t *testing.T, host string) {
+		ctx := context.Background()
+		e := newEnv(t, host)
+		sub, err := e.c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: e.sub})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Ordering is fixed at creation: make an ordered subscription beside.
+		ordered := sub.Name + "-ordered"
+		if _, err := e.c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{Name: ordered, Topic: sub.Topic,
+			AckDeadlineSeconds: 10, EnableMessageOrdering: true}); err != nil {
+			t.Fatal(err)
+		}
+		e.pub.EnableMessageOrdering = true
+		keys := []string{"k1", "k2", "k3"}
+		const each = 60
+		var rs []*pubsub.PublishResult
+		for i := range each {
+			for _, k := range keys {
+				rs = append(rs, e.pub.Publish(ctx, &pubsub.Message{Data: []byte(fmt.Sprint(i)), OrderingKey: k}))
+			}
+		}
+		for _, r := range rs {
+			if _, err := r.Get(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, err := New(e.c.SubscriptionAdminClient, ordered, Options{Streams: 2, MaxBatch: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		got := map[string][]int{}
+		batchesOf := map[string]int{}
+		total := 0
+		h := func(_ context.Context, ms []*pubsub.Message, rs []Result) {
+			mu.Lock()
+			defer mu.Unlock()
+			in := map[string]bool{}
+			for i, m := range ms {
+				n, err := strconv.Atoi(string(m.Data))
+				if err != nil {
+					t.Error(err)
+				}
+				got[m.OrderingKey] = append(got[m.OrderingKey], n)
+				in[m.OrderingKey] = true
+				rs[i].Ack = true
+				total++
+			}
+			for k := range in {
+				batchesOf[k]++
+			}
+		}
+		if err := run(t, r, h, func() bool { mu.Lock(); defer mu.Unlock(); return total >= each*len(keys) }); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if len(got[k]) != each {
+				t.Errorf("key %s: %d messages, want %d", k, len(got[k]), each)
+			}
+			for i, n := range got[k] {
+				if n != i {
+					t.Errorf("key %s: message %d handed over at place %d: %v", k, n, i, got[k])
+					break
+				}
+			}
+			if batchesOf[k] < 2 {
+				t.Errorf("key %s came in %d batch: the test needs it spread over several", k, batchesOf[k])
+			}
+		}
+	})
+}
+
+// TestSilentServer: a stream whose server answered its pings and then
+// answers nothing is reopened, and messages flow on the new stream. The
+// first stream is cut off in the server (its responses held back), as a
+// stalled proxy or a half-dead connection would. Pings go out more often
+// than the timeout: the silence is timed from the oldest unanswered one.
+func TestSilentServer(t *testing.T) {
+	b, err := broker.New(broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	var streams atomic.Int64
+	silent := make(chan struct{})
+	var silence sync.Once
+	srv := grpc.NewServer(append(broker.ServerOptions(), grpc.ChainStreamInterceptor(
+		func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if info.FullMethod == "/google.pubsub.v1.Subscriber/StreamingPull" && streams.Add(1) == 1 {
+				ss = &muted{ServerStream: ss, silent: silent}
+			}
+			return h(srv, ss)
+		}))...)
+	b.Register(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	e := newEnv(t, lis.Addr().String())
+	r := e.receiver(Options{Streams: 1, pingEvery: 200 * time.Millisecond, serverTimeout: 300 * time.Millisecond})
+	var s seen
+	ack := func(_ context.Context, ms []*pubsub.Message, rs []Result) {
+		s.add(ms)
+		for i := range rs {
+			rs[i].Ack = true
+		}
+	}
+	start := time.Now()
+	published := false
+	err = run(t, r, ack, func() bool {
+		if time.Since(start) > time.Second { // the first stream has answered pings by now
+			silence.Do(func() { close(silent) })
+		}
+		if !published && r.Stats().Streams >= 2 {
+			published = true
+			e.publish(10)
+		}
+		return s.distinct() == 10
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := r.Stats(); st.Streams != 2 {
+		t.Errorf("stats %+v: want the silent stream replaced once", st)
+	}
+}
+
+// muted holds back every response of a stream once silent is closed.
+type muted struct {
+	grpc.ServerStream
+	silent <-chan struct{}
+}
+
+func (m *muted) SendMsg(v any) error {
+	select {
+	case <-m.silent:
+		<-m.Context().Done()
+		return m.Context().Err()
+	default:
+		return m.ServerStream.SendMsg(v)
 	}
 }

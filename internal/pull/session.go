@@ -212,7 +212,9 @@ func (s *session) run(ctx context.Context, resps <-chan incoming, recvErr <-chan
 			if err := s.spc.Send(&pb.StreamingPullRequest{}); err != nil {
 				return s.broken(err)
 			}
-			lastPing = time.Now()
+			if lastPing.IsZero() || lastResp.After(lastPing) {
+				lastPing = time.Now() // the oldest ping still unanswered
+			}
 			if !checking { // a check already due is not put off by the next ping
 				checking = true
 				check.Reset(opt.serverTimeout)
