@@ -65,7 +65,7 @@ type config struct {
 }
 
 // sections the benchmark can run, in order.
-var sectionNames = []string{"broker", "pipeline", "replicas", "memory", "redis", "soak"}
+var sectionNames = []string{"broker", "pipeline", "latency", "replicas", "memory", "redis", "soak"}
 
 // onDemand are the sections a run without --only leaves out, unless
 // --quick runs their short versions: they take too long to repeat with
@@ -316,6 +316,7 @@ func (e *env) measureAll(ctx context.Context) error {
 	}{
 		{"broker", e.benchBroker},
 		{"pipeline", e.benchPipelines},
+		{"latency", e.benchLatency},
 		{"replicas", e.benchReplicas},
 		{"memory", e.benchMemory},
 		{"redis", e.benchRedis},

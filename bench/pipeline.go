@@ -114,6 +114,54 @@ func (c *collector) unique() (int, time.Time) {
 	return len(c.seen), c.last
 }
 
+// benchRun is one run's fresh broker, with the input topic and its
+// subscription, the output topic and a subscription to it.
+type benchRun struct {
+	rig    *rig
+	client *pubsub.Client
+	env    runEnv
+	in     pubsubio.Name // the input topic
+	outSub pubsubio.Name // reads the output topic
+}
+
+func openRun(ctx context.Context, dir string) (*benchRun, error) {
+	r, err := startRig()
+	if err != nil {
+		return nil, err
+	}
+	cl, err := pubsubio.NewClient(ctx, benchProject, pubsubio.Insecure(r.addr)...)
+	if err != nil {
+		r.close()
+		return nil, err
+	}
+	run := &benchRun{rig: r, client: cl}
+	name := func(kind, id string) pubsubio.Name { return pubsubio.Name{Project: benchProject, Kind: kind, ID: id} }
+	run.env = runEnv{brokerAddr: r.addr, inSub: name("subscriptions", "input-sub"), outTopic: name("topics", "output"),
+		dir: dir, horizon: 10 * time.Minute}
+	run.in, run.outSub = name("topics", "input"), name("subscriptions", "output-sub")
+	err = func() error {
+		for _, t := range []pubsubio.Name{run.in, run.env.outTopic} {
+			if err := pubsubio.EnsureTopic(ctx, cl, t); err != nil {
+				return err
+			}
+		}
+		if err := pubsubio.EnsureSubscription(ctx, cl, run.env.inSub, run.in, 60); err != nil {
+			return err
+		}
+		return pubsubio.EnsureSubscription(ctx, cl, run.outSub, run.env.outTopic, 60)
+	}()
+	if err != nil {
+		run.close()
+		return nil, err
+	}
+	return run, nil
+}
+
+func (b *benchRun) close() {
+	b.client.Close()
+	b.rig.close()
+}
+
 // measurePipeline runs one consumer over one workload on a fresh broker:
 // the workload is published first, then the consumer is started and timed
 // from the first delivery to the moment every input message is acked and
@@ -125,31 +173,12 @@ func (c *collector) unique() (int, time.Time) {
 // returns is called before the processes are stopped.
 func measurePipeline(ctx context.Context, c consumer, replicas int, wl workload, dir string, timeout, quiet time.Duration,
 	watch func(*child) (func(), error)) (pipeSample, error) {
-	r, err := startRig()
+	run, err := openRun(ctx, dir)
 	if err != nil {
 		return pipeSample{}, err
 	}
-	defer r.close()
-	cl, err := pubsubio.NewClient(ctx, benchProject, pubsubio.Insecure(r.addr)...)
-	if err != nil {
-		return pipeSample{}, err
-	}
-	defer cl.Close()
-	name := func(kind, id string) pubsubio.Name { return pubsubio.Name{Project: benchProject, Kind: kind, ID: id} }
-	env := runEnv{brokerAddr: r.addr, inSub: name("subscriptions", "input-sub"), outTopic: name("topics", "output"),
-		dir: dir, horizon: 10 * time.Minute}
-	in, outSub := name("topics", "input"), name("subscriptions", "output-sub")
-	for _, t := range []pubsubio.Name{in, env.outTopic} {
-		if err := pubsubio.EnsureTopic(ctx, cl, t); err != nil {
-			return pipeSample{}, err
-		}
-	}
-	if err := pubsubio.EnsureSubscription(ctx, cl, env.inSub, in, 60); err != nil {
-		return pipeSample{}, err
-	}
-	if err := pubsubio.EnsureSubscription(ctx, cl, outSub, env.outTopic, 60); err != nil {
-		return pipeSample{}, err
-	}
+	defer run.close()
+	r, cl, env, in, outSub := run.rig, run.client, run.env, run.in, run.outSub
 	msgs := wl.plan()
 	total, _, _ := counts(msgs)
 	if err := wl.publish(ctx, cl, in.String(), msgs); err != nil {

@@ -144,6 +144,16 @@ var sectionsText = []sectionText{
 			"a lost message still fails the run. The Redis store's row counts the pipeline process only; the redis-server " +
 			"row beside it is the bench's own server's CPU (`/proc/PID/stat`) over the same runs. Ratios: this row ÷ the floor. " +
 			"Where a target is missed, `bench/notes.md` says where the profile puts the difference."},
+	{"latency", "5b. Latency from publish to output: the batch path vs the client path vs the relay floor",
+		"Each run starts a fresh in-memory dedupflow broker in the bench process and the consumer as a child process, as " +
+			"in sections 2–4, waits until a first message has come through, then publishes messages of distinct keys at a " +
+			"steady rate (the official Go client's Publisher, batches flushed every 1 ms), each stamped with the moment it " +
+			"was handed to the publisher. A subscriber on the output topic takes each key's first output and its latency " +
+			"is its arrival minus that stamp; the rows are percentiles over every message of a run (nearest rank), the " +
+			"median over runs; the CPU rows are the consumer process's CPU over the paced part ÷ its messages. The rates " +
+			"are well below every contender's capacity, where a batching reader could only lose. By default the batch " +
+			"path hands over what has arrived as soon as a stream is idle; the `--batch-wait 5ms` row makes an idle stream " +
+			"wait up to 5 ms for more. Ratios: this row ÷ the relay floor's."},
 	{"replicas", "6. Replicas on a Redis Cluster",
 		"1, 2 and 4 `dedupflow pipeline` processes on one subscription of the bench's broker, sharing their horizon in a " +
 			"Redis Cluster of three masters that the bench starts (`redis-server --cluster-enabled yes`, joined by " +

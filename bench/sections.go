@@ -127,19 +127,21 @@ const (
 	nameFloor        = "relay floor (official client, seen-map, not crash-safe)"
 	nameFloorClient  = "relay floor with the client's Publisher"
 	nameRedisServer  = "redis-server, beside the Redis store row"
-	// The batch path (--receiver batch, issue 25), beside each store's row.
-	nameMemBatch   = "dedupflow pipeline (mem store, --receiver batch)"
-	nameDiskBatch  = "dedupflow pipeline (disk store, --receiver batch)"
-	nameRedisBatch = "dedupflow pipeline (Redis store, --receiver batch)"
-	// nameRedisServerBatch is redis-server's CPU during the batch path's runs.
-	nameRedisServerBatch = "redis-server, beside the Redis store --receiver batch row"
+	// The official client's Receive, one message at a time (--receiver
+	// client), beside each store's row of the default batch path.
+	nameMemClient   = "dedupflow pipeline (mem store, --receiver client)"
+	nameDiskClient  = "dedupflow pipeline (disk store, --receiver client)"
+	nameRedisClient = "dedupflow pipeline (Redis store, --receiver client)"
+	// nameRedisServerClient is redis-server's CPU during the client path's runs.
+	nameRedisServerClient = "redis-server, beside the Redis store --receiver client row"
 )
 
-// batchOf is the per-message row each batch path row is compared with.
-var batchOf = map[string]string{nameMemBatch: nameMem, nameDiskBatch: nameDisk, nameRedisBatch: nameRedis}
+// clientOf is the default (batch) path's row each client path row is
+// compared with.
+var clientOf = map[string]string{nameMemClient: nameMem, nameDiskClient: nameDisk, nameRedisClient: nameRedis}
 
 // redisServerRow names the redis-server CPU row of each Redis store row.
-var redisServerRow = map[string]string{nameRedis: nameRedisServer, nameRedisBatch: nameRedisServerBatch}
+var redisServerRow = map[string]string{nameRedis: nameRedisServer, nameRedisClient: nameRedisServerClient}
 
 // benchPipelines measures every dedup contender on the same workloads.
 // The disk and Redis stores run at the 30% ratio only: they answer "what
@@ -161,25 +163,18 @@ func (e *env) benchPipelines(ctx context.Context) error {
 	var cs []entry
 	cs = append(cs, entry{relayFloorConsumer(floorBin, nameFloor, "batched"), true},
 		entry{relayFloorConsumer(floorBin, nameFloorClient, "client"), false})
-	cs = append(cs, entry{dedupflowConsumer(bin, "mem store", func(runEnv) string { return "mem" }), true})
-	cs[2].c.name = nameMem
-	disk := dedupflowConsumer(bin, "disk store", func(env runEnv) string { return "file:" + filepath.Join(env.dir, "state.db") })
-	disk.name = nameDisk
-	cs = append(cs, entry{disk, false})
 	memState := func(runEnv) string { return "mem" }
 	diskState := func(env runEnv) string { return "file:" + filepath.Join(env.dir, "state.db") }
-	memBatch := dedupflowConsumer(bin, "mem store batch", memState, "--receiver", "batch")
-	memBatch.name = nameMemBatch
-	diskBatch := dedupflowConsumer(bin, "disk store batch", diskState, "--receiver", "batch")
-	diskBatch.name = nameDiskBatch
-	cs = append(cs, entry{memBatch, false}, entry{diskBatch, false})
+	named := func(c consumer, name string) consumer { c.name = name; return c }
+	client := []string{"--receiver", "client"}
+	cs = append(cs, entry{named(dedupflowConsumer(bin, "mem store", memState), nameMem), true},
+		entry{named(dedupflowConsumer(bin, "disk store", diskState), nameDisk), false},
+		entry{named(dedupflowConsumer(bin, "mem store client", memState, client...), nameMemClient), false},
+		entry{named(dedupflowConsumer(bin, "disk store client", diskState, client...), nameDiskClient), false})
 	if e.redisURL != "" {
 		redisState := func(env runEnv) string { return e.redisURL + "?prefix=" + filepath.Base(env.dir) + ":" }
-		red := dedupflowConsumer(bin, "Redis store", redisState)
-		red.name = nameRedis
-		redBatch := dedupflowConsumer(bin, "Redis store batch", redisState, "--receiver", "batch")
-		redBatch.name = nameRedisBatch
-		cs = append(cs, entry{red, false}, entry{redBatch, false})
+		cs = append(cs, entry{named(dedupflowConsumer(bin, "Redis store", redisState), nameRedis), false},
+			entry{named(dedupflowConsumer(bin, "Redis store client", redisState, client...), nameRedisClient), false})
 	}
 	if e.cfg.bento == "" {
 		e.markAbsent("Bento: no binary given (--bento PATH), so its dedupe was not measured; its module is not served by the Go module proxy here, so a binary has to be built outside this repository")
@@ -286,7 +281,7 @@ func (e *env) benchPipelines(ctx context.Context) error {
 	}
 	for _, ratio := range e.cfg.ratios {
 		group := ratioLabel(ratio)
-		for _, name := range []string{nameFloor, nameFloorClient, nameMem, nameMemBatch, nameDisk, nameDiskBatch, nameRedis, nameRedisBatch,
+		for _, name := range []string{nameFloor, nameFloorClient, nameMem, nameMemClient, nameDisk, nameDiskClient, nameRedis, nameRedisClient,
 			nameBento, nameBentoBatched, nameNATS} {
 			v := values[[2]string{group, name}]
 			if len(v) == 0 {
@@ -300,8 +295,8 @@ func (e *env) benchPipelines(ctx context.Context) error {
 				r.peer = nameMem
 			case name == nameFloor || name == nameFloorClient:
 				r.peer = nameMem
-			case batchOf[name] != "":
-				r.peer = batchOf[name]
+			case clientOf[name] != "":
+				r.peer = clientOf[name]
 			case r.ours:
 				r.peer = nameBento
 			default:

@@ -81,8 +81,20 @@ func publishInBackground(e *crashEnv, topic string, keys []string, seed uint64) 
 	}
 }
 
+// TestCrashSafetyPostgres kills the pipeline again and again on both of
+// its receive paths: the default batch path and the official client's
+// Receive (--receiver client), which must keep its guarantees too.
 func TestCrashSafetyPostgres(t *testing.T) {
 	t.Parallel()
+	for _, receiver := range []string{"batch", "client"} {
+		t.Run(receiver, func(t *testing.T) {
+			t.Parallel()
+			testCrashSafetyPostgres(t, receiver)
+		})
+	}
+}
+
+func testCrashSafetyPostgres(t *testing.T, receiver string) {
 	pgURL := testenv.PostgresURL(t)
 	n := crashSize(t)
 	seed := crashSeed(t)
@@ -94,7 +106,7 @@ func TestCrashSafetyPostgres(t *testing.T) {
 	p := &pipelineProc{e: e, args: []string{"pipeline",
 		"--input-subscription", e.sub("crash-in-sub"), "--id-attribute", "eid", "--horizon", "1h",
 		"--state", "file:" + filepath.Join(e.dir, "state.db"),
-		"--sink", pgURL, "--table", st.name,
+		"--sink", pgURL, "--table", st.name, "--receiver", receiver,
 		"--max-outstanding", strconv.Itoa(crashMaxOutstanding), "--metrics-addr", "", "--log-level", "warn"}}
 	count := st.count
 	start := time.Now()

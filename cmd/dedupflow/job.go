@@ -98,9 +98,9 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&j.shadow, "shadow", false, "decide and count duplicates but emit every message")
 	fs.IntVar(&j.maxOutstanding, "max-outstanding", 4000, "messages held at once (per stream, the server hands out at most this many unacked; acks go out every 100 ms, so this bounds throughput)")
 	fs.IntVar(&j.maxBytes, "max-outstanding-bytes", defaultMaxBytes, "payload bytes held at once per stream (bounds memory with large messages)")
-	fs.StringVar(&j.receive.receiver, "receiver", "client", "how messages are pulled: client (the official client's Receive, one message at a time) or batch (StreamingPull on the low-level client, a response at a time: one store call, one sink write and one ack request per batch)")
+	fs.StringVar(&j.receive.receiver, "receiver", "batch", "how messages are pulled: batch (StreamingPull on the low-level client, a response at a time: one store call, one sink write and one ack request per batch) or client (the official client's Receive, one message at a time)")
 	fs.IntVar(&j.receive.streams, "streams", 2, "StreamingPull streams to keep open")
-	durationVar(fs, &j.receive.batchWait, "batch-wait", 5*time.Millisecond, "with --receiver batch: the longest a message waits for its batch to fill")
+	durationVar(fs, &j.receive.batchWait, "batch-wait", 0, "with --receiver batch: the longest a message waits for its batch to fill while the stream is idle (0: hand over at once what has arrived; under load messages gather while a batch is in work, so batches grow by themselves)")
 	fs.StringVar(&j.push.addr, "input-push", "", "receive a push subscription's POSTs on this address (host:port) instead of pulling")
 	fs.StringVar(&j.push.path, "push-path", "/", "with --input-push: the path Pub/Sub posts to")
 	fs.StringVar(&j.push.audience, "push-audience", "", "with --input-push: take only pushes whose OIDC token has this audience (the push subscription's oidc_token audience; by default its endpoint URL); needs --push-service-account")
@@ -159,8 +159,8 @@ func (j *jobFlags) config() (jobConfig, error) {
 		return c, fmt.Errorf("--max-outstanding-bytes %d must be at least 1", j.maxBytes)
 	}
 	c.maxOutstanding, c.maxBytes, c.metricsAddr = j.maxOutstanding, j.maxBytes, j.metricsAddr
-	if j.receive.receiver == "" { // up has no receive flags: its pipeline uses the client's Receive
-		j.receive = receiveFlags{receiver: "client", streams: 2, batchWait: 5 * time.Millisecond}
+	if j.receive.receiver == "" { // up has no receive flags: its pipeline reads as the pipeline command's does by default
+		j.receive = receiveFlags{receiver: "batch", streams: 2}
 	}
 	if r := j.receive.receiver; r != "client" && r != "batch" {
 		return c, fmt.Errorf("unknown --receiver %q: want client or batch", r)
@@ -168,8 +168,8 @@ func (j *jobFlags) config() (jobConfig, error) {
 	if j.receive.streams < 1 {
 		return c, fmt.Errorf("--streams %d must be at least 1", j.receive.streams)
 	}
-	if j.receive.batchWait <= 0 || j.receive.batchWait > time.Second {
-		return c, fmt.Errorf("--batch-wait %v: want more than 0 and at most 1s", j.receive.batchWait)
+	if j.receive.batchWait < 0 || j.receive.batchWait > time.Second {
+		return c, fmt.Errorf("--batch-wait %v: want 0 (hand over at once what has arrived) to 1s", j.receive.batchWait)
 	}
 	c.receive = j.receive
 	// A copy of a key this process is writing waits for that write (it

@@ -47,7 +47,7 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 		// How messages are pulled.
 		{[]string{"--sink", "stdout", "--receiver", "fast"}, `unknown --receiver "fast": want client or batch`},
 		{[]string{"--sink", "stdout", "--streams", "0"}, "--streams 0 must be at least 1"},
-		{[]string{"--sink", "stdout", "--receiver", "batch", "--batch-wait", "2s"}, "--batch-wait 2s: want more than 0 and at most 1s"},
+		{[]string{"--sink", "stdout", "--receiver", "batch", "--batch-wait", "2s"}, "--batch-wait 2s: want 0 (hand over at once what has arrived) to 1s"},
 		{nil, "missing output: give --output-topic"},
 		// Attribute names Pub/Sub refuses.
 		{[]string{"--sink", "stdout", "--id-attribute", "goog_key"}, `--id-attribute: invalid attribute key: "goog_key" starts with "goog", which is reserved by Pub/Sub`},
