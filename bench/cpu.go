@@ -113,8 +113,11 @@ func (e *env) cpuTargetRows(verdict func(bool) string) string {
 		extra := ""
 		if t.name == nameRedis {
 			if s, ok := e.find("cpu", g, nameRedisServer); ok {
-				extra = fmt.Sprintf("; redis-server beside it: %.1f µs/msg (pipeline + server %.2f×)", s.median(),
+				extra = fmt.Sprintf("; redis-server beside it: %.2f µs/msg (pipeline + server %.2f×)", s.median(),
 					(r.median()+s.median())/floor.median())
+				if c, ok := e.find("cpu", g, nameRedisServerClient); ok && c.from == s.from {
+					extra += fmt.Sprintf(", beside --receiver client's %.2f", c.median())
+				}
 			}
 		}
 		fmt.Fprintf(&b, "| %s, 30%% copies: CPU per message ≤ %.2f× the relay floor's | %.1f vs %.1f µs/msg = %.2f×%s | %s |\n",
