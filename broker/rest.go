@@ -223,6 +223,9 @@ func (b *Broker) serveREST(w http.ResponseWriter, r *http.Request, routes []*res
 		writeStatus(w, status.New(codes.InvalidArgument, err.Error()))
 		return
 	}
+	if b.serveTransformCall(w, r, segs) {
+		return
+	}
 	var allowed []string
 	for _, rt := range routes {
 		vals, ok := rt.match(segs)

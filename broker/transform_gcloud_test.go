@@ -55,3 +55,63 @@ func TestTransformGcloud(t *testing.T) {
 		t.Errorf("the filtered message was pulled:\n%s", out)
 	}
 }
+
+// TestTransformCallsGcloud: gcloud's message-transforms validate and test,
+// the service's REST calls for trying UDFs before setting them: valid and
+// invalid code, a message upper-cased, filtered out and failed, and a
+// topic's own transforms tried by name.
+func TestTransformCallsGcloud(t *testing.T) {
+	gcloud := testenv.Tool(t, "gcloud")
+	ours := startOurs(t, Options{Now: time.Now})
+	dir := t.TempDir()
+	write := func(name string, v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	js := func(fn, code string) map[string]any {
+		return map[string]any{"javascriptUdf": map[string]string{"functionName": fn, "code": code}}
+	}
+	one := func(name, fn, code string) string { return write(name, js(fn, code)) }
+	list := func(name string, ts ...map[string]any) string { return write(name, ts) }
+	out := runGcloud(t, gcloud, ours.addr, unique("gcloud"), [][]string{
+		{"message-transforms", "validate", "--message-transform-file", one("ok.json", "up", udfUpper)},
+		{"message-transforms", "validate", "--message-transform-file", one("bad.json", "f", "function f(m) {")},
+		{"message-transforms", "validate", "--message-transform-file", one("nofn.json", "g", udfUpper)},
+		{"message-transforms", "test", "--message", "hello", "--message-transforms-file",
+			list("updrop.json", js("up", udfUpper), js("drop", udfDrop)), "--format", "json"},
+		{"message-transforms", "test", "--message", "gone", "--attribute", "drop=yes", "--message-transforms-file",
+			list("dropup.json", js("drop", udfDrop), js("up", udfUpper)), "--format", "json"},
+		{"message-transforms", "test", "--message", "x", "--message-transforms-file", list("boom.json", js("boom", udfThrow)), "--format", "json"},
+		{"topics", "create", "tx-topic", "--message-transforms-file", list("up.json", js("up", udfUpper))},
+		{"message-transforms", "test", "--message", "from topic", "--topic", "tx-topic", "--format", "json"},
+		{"message-transforms", "test", "--message", "y", "--topic", "no-such-topic"},
+	})
+	for _, want := range []string{
+		"Message transform is valid.",
+		"message_transforms[0].javascript_udf: code does not parse",
+		`code has no function named "g"`,
+		`"data": "HELLO"`, // the upper-casing step, then drop kept it
+		`"transformed": "yes"`,
+		`"filteredMessage": {}`,
+		`"message": "message transform boom failed: the function threw: Error: no x"`,
+		`"data": "FROM TOPIC"`,
+		"not found: topic not found: projects/PROJECT/topics/no-such-topic",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("gcloud output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, `"data": "HELLO"`) != 2 {
+		t.Errorf("want the message after each of the two transforms:\n%s", out)
+	}
+	if strings.Contains(out, `"data": "GONE"`) {
+		t.Errorf("a transform after the one that filtered the message ran:\n%s", out)
+	}
+}

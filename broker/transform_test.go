@@ -4,6 +4,8 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -307,5 +309,39 @@ func TestTransformFailureKeepsMessage(t *testing.T) {
 	tg.clock.Advance(11 * time.Second)
 	if m := pullOne(t, c, sub.Name, 5*time.Second).Message; string(m.Data) != "KEPT" {
 		t.Errorf("after the fix got %q, want KEPT", m.Data)
+	}
+}
+
+// TestTransformCallsRefuse: the REST transform calls name what is wrong
+// with a request, with the service's codes.
+func TestTransformCallsRefuse(t *testing.T) {
+	base := "http://" + startOurs(t, Options{}).addr + "/v1/projects/"
+	udf, _ := json.Marshal(map[string]any{"javascriptUdf": map[string]string{"functionName": "up", "code": udfUpper}})
+	msg := `"message":{"data":"aGk="}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		code                     int
+		status, msg              string
+	}{
+		{"validate without a transform", "POST", project + ":validateMessageTransform", `{}`, 400, "INVALID_ARGUMENT", "message_transform is required"},
+		{"validate, unknown field", "POST", project + ":validateMessageTransform", `{"transform":{}}`, 400, "INVALID_ARGUMENT", `unknown name "transform"`},
+		{"validate, not JSON", "POST", project + ":validateMessageTransform", `{`, 400, "INVALID_ARGUMENT", "invalid JSON payload"},
+		{"validate, no UDF", "POST", project + ":validateMessageTransform", `{"messageTransform":{}}`, 400, "INVALID_ARGUMENT", "only javascript_udf"},
+		{"test without a message", "POST", project + ":testMessageTransforms", `{"topic":"projects/` + project + `/topics/abc"}`, 400, "INVALID_ARGUMENT", "message is required"},
+		{"test, empty message", "POST", project + ":testMessageTransforms", `{"message":{},"messageTransforms":{"messageTransforms":[` + string(udf) + `]}}`, 400, "INVALID_ARGUMENT", "data or at least one attribute"},
+		{"test without transforms", "POST", project + ":testMessageTransforms", `{` + msg + `}`, 400, "INVALID_ARGUMENT", "exactly one of"},
+		{"test, two sources", "POST", project + ":testMessageTransforms", `{` + msg + `,"topic":"projects/` + project + `/topics/abc","subscription":"projects/` + project + `/subscriptions/abc"}`, 400, "INVALID_ARGUMENT", "exactly one of"},
+		{"test, no such subscription", "POST", project + ":testMessageTransforms", `{` + msg + `,"subscription":"projects/` + project + `/subscriptions/none-here"}`, 404, "NOT_FOUND", "subscription not found"},
+		{"test, bad topic name", "POST", project + ":testMessageTransforms", `{` + msg + `,"topic":"abc"}`, 400, "INVALID_ARGUMENT", "invalid topic name"},
+		{"wrong method", "GET", project + ":testMessageTransforms", ``, 404, "NOT_FOUND", "this path takes POST"},
+		{"bad project", "POST", "9p:validateMessageTransform", `{}`, 400, "INVALID_ARGUMENT", `invalid project "9p"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, v := rest(t, tc.method, base+tc.path, tc.body)
+			e, _ := v["error"].(map[string]any)
+			if code != tc.code || e["status"] != tc.status || !strings.Contains(fmt.Sprint(e["message"]), tc.msg) {
+				t.Fatalf("got %d %v, want %d %s with a message containing %q", code, v, tc.code, tc.status, tc.msg)
+			}
+		})
 	}
 }
