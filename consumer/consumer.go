@@ -38,7 +38,6 @@ import (
 	"github.com/dedupflow/dedupflow/internal/gate"
 	"github.com/dedupflow/dedupflow/internal/outcome"
 	"github.com/dedupflow/dedupflow/limits"
-	"github.com/dedupflow/dedupflow/sink"
 )
 
 // HandlerFunc handles one message. Its return value decides the message's
@@ -150,7 +149,7 @@ var ErrInvalidOptions = errors.New("invalid consumer options")
 // ErrPermanent, wrapped in a handler's error, says retrying cannot help
 // (the message is malformed for this service): the message goes to
 // OnReject instead of coming back.
-var ErrPermanent = sink.ErrPermanent
+var ErrPermanent = dedup.ErrPermanent
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...)

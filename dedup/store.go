@@ -147,3 +147,10 @@ var ErrUnavailable = errors.New("dedup store unavailable")
 // with the error, so the process exits non-zero and whoever runs it
 // (Kubernetes, systemd) sees why instead of a replica that retries forever.
 var ErrFatal = errors.New("unrecoverable error")
+
+// ErrPermanent marks the error of one message's work that retrying cannot
+// fix: a sink refuses the message (too large for the output, say) or a
+// handler finds it malformed. The message goes to the dead-letter topic
+// (OnReject in the consumer) instead of coming back forever, and the
+// others go on. sink.ErrPermanent and consumer.ErrPermanent are this value.
+var ErrPermanent = errors.New("retrying cannot help")

@@ -20,9 +20,9 @@ const AttrEnvelope = "dedupflow_envelope"
 
 // deadLetter is the gate's Reject: an unusable message, with the reason,
 // to the dead-letter topic.
-func (p *Pipeline) deadLetter(_ context.Context, in *pubsub.Message, reason error) error {
+func (p *Pipeline) deadLetter(ctx context.Context, in *pubsub.Message, reason error) error {
 	m := &sink.Message{ID: in.ID, Data: in.Data, Attributes: in.Attributes, PublishTime: in.PublishTime, EventTime: in.PublishTime}
-	return p.dl.Write(p.gate.Deadline(), deadLetterOf(m, reason))
+	return p.dl.Write(ctx, deadLetterOf(m, reason))
 }
 
 // AttrDataDropped, on a dead letter without data, gives the size of the

@@ -139,7 +139,9 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 	gc := gate.Config{
 		Rule: cfg.Rule, TimestampAttribute: cfg.TimestampAttribute, ProducerAttribute: cfg.ProducerAttribute,
 		Late: cfg.Late, Shadow: cfg.Shadow, Audit: p.audit, Deduper: d.Deduper,
-		Work:          gate.Work{Name: "sink", Do: p.write, DoBatch: p.writeBatch, Dependency: true},
+		// The write outlives a shutdown signal: finishing it (and acking)
+		// is better than leaving a key pending until its lease runs out.
+		Work:          gate.Work{Name: "sink", Do: p.write, DoBatch: p.writeBatch, Dependency: true, Outlive: true},
 		RejectName:    "dead-letter topic",
 		Hint:          "set --dead-letter-topic to move such messages aside",
 		SettleTimeout: cfg.WriteTimeout, HorizonKeys: d.HorizonKeys,
@@ -322,19 +324,17 @@ func keptIn(t audit.Target) string {
 // attribute, to the sink. A message deduped on its message ID carries
 // dedup.MessageIDKey(ID), a namespace no publisher's key may use, so a
 // downstream reader of the attribute never takes it for an event's key.
-func (p *Pipeline) write(_ context.Context, it *gate.Item) error {
-	// The write outlives a shutdown signal: finishing it (and acking) is
-	// better than leaving a key pending until its lease runs out.
-	return p.sink.Write(p.gate.Deadline(), p.output(it))
+func (p *Pipeline) write(ctx context.Context, it *gate.Item) error {
+	return p.sink.Write(ctx, p.output(it))
 }
 
 // writeBatch is write for many items: one sink call.
-func (p *Pipeline) writeBatch(_ context.Context, its []*gate.Item, errs []error) {
+func (p *Pipeline) writeBatch(ctx context.Context, its []*gate.Item, errs []error) {
 	ms := make([]*sink.Message, len(its))
 	for i, it := range its {
 		ms[i] = p.output(it)
 	}
-	sink.WriteBatch(p.gate.Deadline(), p.sink, ms, errs)
+	sink.WriteBatch(ctx, p.sink, ms, errs)
 }
 
 func (p *Pipeline) output(it *gate.Item) *sink.Message {

@@ -6,9 +6,10 @@ package sink
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
+
+	"github.com/dedupflow/dedupflow/dedup"
 )
 
 // Message is what a sink writes: a surviving input message, its dedup key
@@ -61,5 +62,6 @@ func WriteBatch(ctx context.Context, s Sink, ms []*Message, errs []error) {
 
 // ErrPermanent marks a sink error that retrying cannot fix (the message is
 // too large for the output, say); the message goes to the dead-letter topic
-// instead of coming back forever.
-var ErrPermanent = errors.New("retrying cannot help")
+// instead of coming back forever. It is dedup.ErrPermanent, which a
+// consumer's handler returns for the same reason.
+var ErrPermanent = dedup.ErrPermanent

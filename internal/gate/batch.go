@@ -11,7 +11,6 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/backoff"
 	"github.com/dedupflow/dedupflow/internal/outcome"
-	"github.com/dedupflow/dedupflow/sink"
 )
 
 // PassBatch runs ins through the gate as one batch and sets outs[i] to the
@@ -230,7 +229,7 @@ func (g *Gate) workBatch(ctx context.Context, jobs []job, outs []outcome.Outcome
 			case errors.Is(e, dedup.ErrFatal):
 				g.stop(e)
 				outs[jb.at] = outcome.Retried
-			case errors.Is(e, sink.ErrPermanent):
+			case errors.Is(e, dedup.ErrPermanent):
 				outs[jb.at] = g.reject(ctx, in, e)
 			default:
 				failed = e
@@ -267,12 +266,12 @@ func (g *Gate) workBatch(ctx context.Context, jobs []job, outs []outcome.Outcome
 // do runs the work for its: Work.DoBatch, or Do for each item at once.
 func (g *Gate) do(ctx context.Context, its []*Item, errs []error) {
 	if g.cfg.Work.DoBatch != nil {
-		g.cfg.Work.DoBatch(ctx, its, errs)
+		g.cfg.Work.DoBatch(g.workContext(ctx), its, errs)
 		return
 	}
 	var wg sync.WaitGroup
 	for j, it := range its {
-		wg.Go(func() { errs[j] = g.cfg.Work.Do(ctx, it) })
+		wg.Go(func() { errs[j] = g.cfg.Work.Do(g.workContext(ctx), it) })
 	}
 	wg.Wait()
 }

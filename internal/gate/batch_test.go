@@ -13,7 +13,6 @@ import (
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/outcome"
-	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -68,7 +67,7 @@ func newRig(t *testing.T, s dedup.Store, missing dedup.Missing) *rig {
 		case "fail":
 			return errors.New("sink down")
 		case "bad":
-			return fmt.Errorf("%w: too large", sink.ErrPermanent)
+			return fmt.Errorf("%w: too large", dedup.ErrPermanent)
 		case "fatal":
 			return fmt.Errorf("%w: table dropped", dedup.ErrFatal)
 		}

@@ -29,7 +29,6 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/backoff"
 	"github.com/dedupflow/dedupflow/internal/outcome"
-	"github.com/dedupflow/dedupflow/sink"
 )
 
 // Item is a message on its way through the gate, as the work sees it.
@@ -52,7 +51,7 @@ type Work struct {
 	// histogram: "sink", "handler".
 	Name string
 	// Do does the work; nil means done. An error wrapping
-	// sink.ErrPermanent sends the message to Reject; one wrapping
+	// dedup.ErrPermanent sends the message to Reject; one wrapping
 	// dedup.ErrFatal stops the gate; any other brings the message back.
 	Do func(ctx context.Context, it *Item) error
 	// DoBatch, if set, does the work of many items at once (one sink
@@ -63,6 +62,12 @@ type Work struct {
 	// sink): the gate then backs off and reports not ready. Otherwise a
 	// failure is the message's own (a handler's error).
 	Dependency bool
+	// Outlive says the work and Reject must finish even when the caller's
+	// context ends (a sink write: finishing it and acking beats leaving
+	// its key pending until the lease ends). They then get a context that
+	// a shutdown does not cancel and that ends before the claim's lease;
+	// otherwise the caller's.
+	Outlive bool
 }
 
 // Config configures a Gate.
@@ -196,10 +201,15 @@ func (g *Gate) Err() error {
 	}
 }
 
-// Deadline returns a context that ends SettleTimeout from now (give or
-// take a tenth) and is not canceled by a shutdown: for writes and commits
-// that should finish rather than leave a key claimed.
-func (g *Gate) Deadline() context.Context { return g.by.ctx() }
+// workContext is the context the work and Reject run under: the caller's,
+// or with Work.Outlive one that ends SettleTimeout from now (give or take
+// a tenth) and is not canceled by a shutdown.
+func (g *Gate) workContext(ctx context.Context) context.Context {
+	if g.cfg.Work.Outlive {
+		return g.by.ctx()
+	}
+	return ctx
+}
 
 // stop records the first fatal error and closes Done.
 func (g *Gate) stop(err error) {
@@ -393,11 +403,11 @@ func (g *Gate) reject(ctx context.Context, in *pubsub.Message, reason error) out
 	if err := g.rejectHealth.Wait(ctx); err != nil {
 		return outcome.Retried
 	}
-	if err := g.cfg.Reject(ctx, in, reason); err != nil {
+	if err := g.cfg.Reject(g.workContext(ctx), in, reason); err != nil {
 		switch {
 		case errors.Is(err, dedup.ErrFatal):
 			g.stop(err)
-		case errors.Is(err, sink.ErrPermanent):
+		case errors.Is(err, dedup.ErrPermanent):
 			// The message's own fault, not the dead-letter topic's: the
 			// topic stays healthy for the others.
 			g.holdBack(ctx, in, fmt.Errorf("%w; moving it aside failed too: %w", reason, err),

@@ -8,7 +8,6 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/backoff"
 	"github.com/dedupflow/dedupflow/internal/outcome"
-	"github.com/dedupflow/dedupflow/sink"
 )
 
 // note is what the audit needs of a keyed message.
@@ -73,7 +72,7 @@ func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, n *note, sin
 		if since.IsZero() {
 			since = g.now()
 		}
-		err = g.cfg.Work.Do(ctx, it)
+		err = g.cfg.Work.Do(g.workContext(ctx), it)
 		done = g.now()
 		g.m.workTime.Observe(done.Sub(since).Seconds())
 	}
@@ -86,7 +85,7 @@ func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, n *note, sin
 		case errors.Is(err, dedup.ErrFatal):
 			g.stop(err)
 			return outcome.Retried
-		case errors.Is(err, sink.ErrPermanent):
+		case errors.Is(err, dedup.ErrPermanent):
 			return g.reject(ctx, it.In, err)
 		}
 		if g.workHealth != nil && ctx.Err() == nil {
