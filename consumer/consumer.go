@@ -81,7 +81,7 @@ type Options struct {
 	TimestampAttribute string
 	// TimeDomain is the horizon's clock: dedup.ProcessingTime (default)
 	// or dedup.EventTime, where a key expires when the watermark passes
-	// its event time plus the horizon (see dedup.Deduper.ClaimEvent).
+	// its event time plus the horizon (see dedup.EventTime).
 	TimeDomain dedup.TimeDomain
 	// AllowedLateness is how far the event-time watermark trails the
 	// highest event time seen.

@@ -3,13 +3,16 @@ package dedup
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
-// BatchClaim is one message of Deduper.ClaimBatch: its key and message ID
-// in; its verdict, ticket (with Proceed) and error out.
+// BatchClaim is one message of Deduper.ClaimBatch: its key, message ID and
+// event time (used in event time only) in; its verdict, ticket (with
+// Proceed) and error out.
 type BatchClaim struct {
-	Key   Key
-	MsgID string
+	Key       Key
+	MsgID     string
+	EventTime time.Time
 
 	Verdict Verdict
 	Ticket  Ticket
@@ -22,25 +25,28 @@ type BatchClaim struct {
 	Here bool
 }
 
-// ClaimBatch claims every bs[i] in processing time, in one store call
-// (dedup.ClaimBatch), at one reading of the clock. It never waits for this
-// process's own writes: such a message is marked Here. In event time it
-// claims one message at a time, as ClaimEvent at the processing clock.
+// ClaimBatch claims every bs[i] as Claim does, in one store call
+// (dedup.ClaimBatch). In processing time every claim is judged at one
+// reading of the clock; in event time each message's event time advances
+// the watermark in batch order, and each is judged at the watermark after
+// its own, as one Claim after another would. It never waits for this
+// process's own writes: such a message is marked Here.
 func (d *Deduper) ClaimBatch(ctx context.Context, bs []BatchClaim) {
-	if d.wm != nil {
-		for i := range bs {
-			b := &bs[i]
-			b.Verdict, b.Ticket, b.Err = d.Claim(ctx, b.Key, b.MsgID)
-		}
-		return
-	}
-	now := d.opt.Now()
-	expires := now.Add(d.opt.Horizon)
 	cs := make([]Claim, 0, len(bs))
 	at := make([]int, 0, len(bs)) // the message of each claim
+	expiries := make([]time.Time, len(bs))
+	now, expires, _ := d.when(time.Time{})
 	d.mu.Lock()
 	for i := range bs {
 		b := &bs[i]
+		if d.wm != nil {
+			now = d.wm.observe(b.EventTime)
+			var err error
+			if expires, err = d.judge(b.EventTime, now); err != nil {
+				b.Err = err
+				continue
+			}
+		}
 		if _, busy := d.local[b.Key]; busy {
 			b.Verdict, b.Here = Verdict{Status: InFlight}, true
 			continue
@@ -50,6 +56,7 @@ func (d *Deduper) ClaimBatch(ctx context.Context, bs []BatchClaim) {
 		if d.opt.Mode == Sliding {
 			c.Extend = expires
 		}
+		expiries[i] = expires
 		cs, at = append(cs, c), append(at, i)
 	}
 	d.mu.Unlock()
@@ -59,7 +66,7 @@ func (d *Deduper) ClaimBatch(ctx context.Context, bs []BatchClaim) {
 	for j, i := range at {
 		b, v := &bs[i], vs[j]
 		if v.Status == Duplicate && !v.Expires.IsZero() {
-			v.Age = max(expires.Sub(v.Expires), 0)
+			v.Age = max(expiries[i].Sub(v.Expires), 0)
 		}
 		switch {
 		case errs[j] != nil:
@@ -70,7 +77,7 @@ func (d *Deduper) ClaimBatch(ctx context.Context, bs []BatchClaim) {
 			done = append(done, b.Key)
 		default:
 			b.Verdict = v
-			b.Ticket = Ticket{Key: b.Key, MsgID: b.MsgID, Seen: now, Expires: expires}
+			b.Ticket = Ticket{Key: b.Key, MsgID: b.MsgID, Seen: cs[j].Now, Expires: expiries[i]}
 		}
 	}
 	d.forgetAll(done)

@@ -20,7 +20,7 @@ func TestDeduperClaimBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b, held := dedup.KeyOf("a"), dedup.KeyOf("b"), dedup.KeyOf("held")
-	_, heldTicket, err := d.Claim(ctx, held, "h1")
+	_, heldTicket, err := d.Claim(ctx, held, "h1", time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestDeduperClaimBatch(t *testing.T) {
 	// A copy of a, passed alone, waits for the batch's write of a.
 	copied := make(chan dedup.Verdict)
 	go func() {
-		v, _, _ := d.Claim(ctx, a, "5")
+		v, _, _ := d.Claim(ctx, a, "5", time.Time{})
 		copied <- v
 	}()
 	errs := make([]error, 2)

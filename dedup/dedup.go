@@ -24,7 +24,7 @@ type Options struct {
 	Lease time.Duration
 	// Now is the clock.
 	Now func() time.Time
-	// Domain is the time domain of the horizon; see ClaimEvent.
+	// Domain is the time domain of the horizon; see EventTime.
 	Domain TimeDomain
 	// AllowedLateness is how far, in event time, the watermark trails the
 	// highest event time seen: keys live that much longer, and events that
@@ -149,24 +149,46 @@ func (d *Deduper) Mode() HorizonMode { return d.opt.Mode }
 // Lease is how long a claim holds.
 func (d *Deduper) Lease() time.Duration { return d.opt.Lease }
 
-// Claim asks for the right to write msgID under key k. Only with Proceed
-// does the caller hold a Ticket. In event time it is ClaimEvent with the
-// processing clock's time as the event time.
-func (d *Deduper) Claim(ctx context.Context, k Key, msgID string) (Verdict, Ticket, error) {
+// Claim asks for the right to write msgID, whose event time is et, under
+// key k. Only with Proceed does the caller hold a Ticket. In processing
+// time et is not used: the key expires a horizon after the claim. In event
+// time see the time domain's rules at EventTime: et advances the
+// watermark, and a message too late to judge gets ErrTooLate and no claim.
+func (d *Deduper) Claim(ctx context.Context, k Key, msgID string, et time.Time) (Verdict, Ticket, error) {
 	if d.wm != nil {
-		return d.ClaimEvent(ctx, k, msgID, d.opt.Now())
+		if _, err := d.judge(et, d.wm.observe(et)); err != nil {
+			return Verdict{}, Ticket{}, err
+		}
 	}
 	entered, waited := d.enter(ctx, k, msgID)
 	if !entered {
 		return Verdict{Status: InFlight, Waited: waited}, Ticket{}, nil
 	}
-	// Read the clock only once the key is held: a copy may have waited up
-	// to LocalWait for it, and a lease measured from before that wait would
-	// already be over for the other replicas that judge it.
-	now := d.opt.Now()
-	v, t, err := d.claim(ctx, k, msgID, now, now.Add(d.opt.Horizon))
+	// Read the clock (or the watermark) only once the key is held: a copy
+	// may have waited up to LocalWait for it, and a lease measured from
+	// before that wait would already be over for the other replicas that
+	// judge it.
+	now, expires, err := d.when(et)
+	if err != nil {
+		d.forget(k)
+		return Verdict{Waited: waited}, Ticket{}, err
+	}
+	v, t, err := d.claim(ctx, k, msgID, now, expires)
 	v.Waited = waited
 	return v, t, err
+}
+
+// when is the time a claim is judged at (the processing clock, or the
+// watermark) and when its key, once committed, expires; in event time,
+// ErrTooLate for an event the watermark has passed by a horizon.
+func (d *Deduper) when(et time.Time) (now, expires time.Time, err error) {
+	if d.wm == nil {
+		now = d.opt.Now()
+		return now, now.Add(d.opt.Horizon), nil
+	}
+	now, _ = d.wm.get()
+	expires, err = d.judge(et, now)
+	return now, expires, err
 }
 
 // claim runs a claim, for a key this process holds (see enter), judged at

@@ -92,7 +92,7 @@ func TestDeduperProtocol(t *testing.T) {
 			for i, s := range c.steps {
 				switch s.op {
 				case "claim":
-					v, tk, err := d.Claim(ctx, k, s.msgID)
+					v, tk, err := d.Claim(ctx, k, s.msgID, time.Time{})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -135,13 +135,13 @@ func TestDeduperStoreDown(t *testing.T) {
 	st := &flaky{Store: mem.New(), down: true}
 	d := must(dedup.New(st, dedup.Options{}))
 	k := dedup.KeyOf("k")
-	if _, _, err := d.Claim(context.Background(), k, "m1"); !errors.Is(err, dedup.ErrUnavailable) {
+	if _, _, err := d.Claim(context.Background(), k, "m1", time.Time{}); !errors.Is(err, dedup.ErrUnavailable) {
 		t.Fatalf("claim on a down store: %v, want a transient ErrUnavailable", err)
 	}
 	// The failed claim must not leave the key busy in this process: once
 	// the store is back, the redelivered message proceeds.
 	st.down = false
-	if v, _, err := d.Claim(context.Background(), k, "m1"); err != nil || v.Status != dedup.Proceed {
+	if v, _, err := d.Claim(context.Background(), k, "m1", time.Time{}); err != nil || v.Status != dedup.Proceed {
 		t.Fatalf("after recovery: %v, %v; want proceed", v.Status, err)
 	}
 }
@@ -170,7 +170,7 @@ func TestDeduperLocalWait(t *testing.T) {
 	claimLater := func(d *dedup.Deduper, ctx context.Context, msgID string) chan result {
 		c := make(chan result, 1)
 		go func() {
-			v, _, err := d.Claim(ctx, k, msgID)
+			v, _, err := d.Claim(ctx, k, msgID, time.Time{})
 			c <- result{v, err}
 		}()
 		return c
@@ -200,7 +200,7 @@ func TestDeduperLocalWait(t *testing.T) {
 
 	t.Run("commit makes waiting copies duplicates", func(t *testing.T) {
 		d := must(dedup.New(mem.New(), opts))
-		first, tk, _ := d.Claim(ctx, k, "m1")
+		first, tk, _ := d.Claim(ctx, k, "m1", time.Time{})
 		if first.Waited != 0 {
 			t.Errorf("a claim of a free key reports a wait of %v", first.Waited)
 		}
@@ -219,7 +219,7 @@ func TestDeduperLocalWait(t *testing.T) {
 	})
 	t.Run("release lets one waiting copy proceed", func(t *testing.T) {
 		d := must(dedup.New(mem.New(), opts))
-		_, tk, _ := d.Claim(ctx, k, "m1")
+		_, tk, _ := d.Claim(ctx, k, "m1", time.Time{})
 		copy := claimLater(d, ctx, "m2")
 		waiting(copy)
 		if err := d.Release(ctx, tk); err != nil {
@@ -229,7 +229,7 @@ func TestDeduperLocalWait(t *testing.T) {
 	})
 	t.Run("a cancelled context ends the wait as in flight", func(t *testing.T) {
 		d := must(dedup.New(mem.New(), opts))
-		d.Claim(ctx, k, "m1")
+		d.Claim(ctx, k, "m1", time.Time{})
 		cctx, cancel := context.WithCancel(ctx)
 		copy := claimLater(d, cctx, "m2")
 		waiting(copy)
@@ -238,7 +238,7 @@ func TestDeduperLocalWait(t *testing.T) {
 	})
 	t.Run("the wait is bounded", func(t *testing.T) {
 		d := must(dedup.New(mem.New(), dedup.Options{LocalWait: 100 * time.Millisecond}))
-		d.Claim(ctx, k, "m1")
+		d.Claim(ctx, k, "m1", time.Time{})
 		got(claimLater(d, ctx, "m2"), dedup.InFlight, 0)
 	})
 	if _, err := dedup.New(mem.New(), dedup.Options{LocalWait: -time.Second}); err == nil {
@@ -270,10 +270,10 @@ func TestDeduperLocalWaitLease(t *testing.T) {
 			clk, shared := newSyncClock(), mem.New()
 			opts := dedup.Options{Now: clk.now, Lease: 30 * time.Second, LocalWait: time.Minute, Domain: domain}
 			d1, d2 := must(dedup.New(shared, opts)), must(dedup.New(shared, opts))
-			_, tk, _ := d1.Claim(ctx, k, "m1")
+			_, tk, _ := d1.Claim(ctx, k, "m1", clk.now())
 			copy := make(chan dedup.Verdict, 1)
 			go func() {
-				v, _, _ := d1.Claim(ctx, k, "m2")
+				v, _, _ := d1.Claim(ctx, k, "m2", clk.now())
 				copy <- v
 			}()
 			select {
@@ -283,7 +283,7 @@ func TestDeduperLocalWaitLease(t *testing.T) {
 			}
 			clk.add(20 * time.Second)
 			if domain == dedup.EventTime { // the watermark moves on with other keys
-				d1.Claim(ctx, dedup.KeyOf("other"), "o1")
+				d1.Claim(ctx, dedup.KeyOf("other"), "o1", clk.now())
 			}
 			if err := d1.Release(ctx, tk); err != nil {
 				t.Fatal(err)
@@ -299,7 +299,7 @@ func TestDeduperLocalWaitLease(t *testing.T) {
 			// 15 s into the copy's write its lease must still keep the
 			// other replica away.
 			clk.add(15 * time.Second)
-			v, _, err := d2.Claim(ctx, k, "m3")
+			v, _, err := d2.Claim(ctx, k, "m3", clk.now())
 			if err != nil || v.Status != dedup.InFlight {
 				t.Fatalf("other replica 15 s into the copy's write: %v (%v), want InFlight: the lease ran from before the wait", v.Status, err)
 			}
@@ -320,17 +320,17 @@ func TestHorizonModes(t *testing.T) {
 				t.Fatal(err)
 			}
 			k := dedup.KeyOf("k")
-			_, tk, err := d.Claim(t.Context(), k, "m1")
+			_, tk, err := d.Claim(t.Context(), k, "m1", time.Time{})
 			if err != nil || d.Commit(t.Context(), tk) != nil {
 				t.Fatal(err)
 			}
 			c.add(8 * time.Minute)
-			v, _, err := d.Claim(t.Context(), k, "m2")
+			v, _, err := d.Claim(t.Context(), k, "m2", time.Time{})
 			if err != nil || v.Status != dedup.Duplicate || v.Age < 8*time.Minute || v.Age > 8*time.Minute+20*time.Millisecond {
 				t.Fatalf("copy 8m after first sight: %+v, %v", v, err)
 			}
 			c.add(7 * time.Minute) // 15m after first sight, 7m after the copy
-			v, _, err = d.Claim(t.Context(), k, "m3")
+			v, _, err = d.Claim(t.Context(), k, "m3", time.Time{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -17,7 +16,24 @@ const (
 	// it (the default, as Beam's Deduplicate).
 	ProcessingTime TimeDomain = iota
 	// EventTime: a key expires when the watermark passes its event time
-	// plus the horizon.
+	// plus the horizon. A claim's event time first advances the watermark;
+	// a message whose key would already have expired (event time + horizon
+	// not after the watermark) gets ErrTooLate and no claim; otherwise the
+	// store judges at the watermark (Claim.Now) and the key, once
+	// committed, expires at event time + horizon.
+	//
+	// The lease is an offset from the watermark (Claim.LeaseUntil =
+	// watermark + lease), because the Store compares LeaseUntil with
+	// Claim.Now and both must be on one clock. In this process that costs
+	// nothing: copies of a key being written here wait on the Deduper's own
+	// table, whatever the times. Across processes it means: after a restart
+	// no lease survives (memory and disk stores keep leases in memory only);
+	// Redis drops a pending record PX = LeaseUntil - Now = lease after it
+	// was written, in wall time, so a dead replica's claim is freed after
+	// the lease on the wall clock; but a replica whose own watermark is more
+	// than the lease ahead of the claimant's can take a live claim over, and
+	// both may write — one extra output, carrying the key, as after a crash
+	// between write and commit.
 	EventTime
 )
 
@@ -70,7 +86,7 @@ func (l Late) String() string {
 	return "pass"
 }
 
-// ErrTooLate is returned by ClaimEvent for a message whose event time plus
+// ErrTooLate is returned by Claim, in event time, for a message whose event time plus
 // the horizon is not after the watermark.
 var ErrTooLate = errors.New("event too late to judge")
 
@@ -143,50 +159,6 @@ func (d *Deduper) Watermark() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return d.wm.get()
-}
-
-// ClaimEvent is Claim for a message with event time et. In processing time
-// it is Claim and et is ignored. In event time, et first advances the
-// watermark; a message whose key would already have expired (et + horizon
-// not after the watermark) gets ErrTooLate and no claim; otherwise the
-// store judges at the watermark (Claim.Now) and the key, once committed,
-// expires at et + horizon.
-//
-// The lease is an offset from the watermark (Claim.LeaseUntil = watermark +
-// lease), because the Store compares LeaseUntil with Claim.Now and both
-// must be on one clock. In this process that costs nothing: copies of a
-// key being written here wait on the Deduper's own table, whatever the
-// times. Across processes it means: after a restart no lease survives
-// (memory and disk stores keep leases in memory only); Redis drops a
-// pending record PX = LeaseUntil - Now = lease after it was written, in
-// wall time, so a dead replica's claim is freed after the lease on the
-// wall clock; but a replica whose own watermark is more than the lease
-// ahead of the claimant's can take a live claim over, and both may write —
-// one extra output, carrying the key, as after a crash between write and
-// commit.
-func (d *Deduper) ClaimEvent(ctx context.Context, k Key, msgID string, et time.Time) (Verdict, Ticket, error) {
-	if d.wm == nil {
-		return d.Claim(ctx, k, msgID)
-	}
-	if _, err := d.judge(et, d.wm.observe(et)); err != nil {
-		return Verdict{}, Ticket{}, err
-	}
-	entered, waited := d.enter(ctx, k, msgID)
-	if !entered {
-		return Verdict{Status: InFlight, Waited: waited}, Ticket{}, nil
-	}
-	// Judged again once held: a copy may have waited up to LocalWait, and
-	// a lease measured from the watermark before that wait would already
-	// be over for replicas whose watermark moved on meanwhile.
-	wm, _ := d.wm.get()
-	expires, err := d.judge(et, wm)
-	if err != nil {
-		d.forget(k)
-		return Verdict{Waited: waited}, Ticket{}, err
-	}
-	v, t, err := d.claim(ctx, k, msgID, wm, expires)
-	v.Waited = waited
-	return v, t, err
 }
 
 // judge is when the key of an event at et, once committed, expires, or

@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -76,42 +77,79 @@ func TestEventTime(t *testing.T) {
 			{key: "a", msgID: "m3", event: 0, status: dedup.Duplicate, kind: dedup.Republish},
 		}},
 	}
+	// Each case runs through Claim, and through ClaimBatch a message at a
+	// time: the batch path judges event time as Claim does.
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			rec := &recorder{Store: mem.New()}
-			clock := func() time.Time { return at(c.clock) }
-			d := must(dedup.New(rec, dedup.Options{Horizon: time.Minute, Lease: 5 * time.Second, Now: clock,
-				Domain: dedup.EventTime, AllowedLateness: 30 * time.Second}))
-			for i, s := range c.steps {
-				v, tk, err := d.ClaimEvent(ctx, dedup.KeyOf(s.key), s.msgID, at(s.event))
-				if s.late {
-					if !errors.Is(err, dedup.ErrTooLate) {
-						t.Fatalf("step %d: %v, %v; want too late", i, v.Status, err)
+		for _, batched := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/batched=%v", c.name, batched), func(t *testing.T) {
+				rec := &recorder{Store: mem.New()}
+				clock := func() time.Time { return at(c.clock) }
+				d := must(dedup.New(rec, dedup.Options{Horizon: time.Minute, Lease: 5 * time.Second, Now: clock,
+					Domain: dedup.EventTime, AllowedLateness: 30 * time.Second}))
+				claim := func(k dedup.Key, msgID string, et time.Time) (dedup.Verdict, dedup.Ticket, error) {
+					if !batched {
+						return d.Claim(ctx, k, msgID, et)
 					}
-					continue
+					bs := []dedup.BatchClaim{{Key: k, MsgID: msgID, EventTime: et}}
+					d.ClaimBatch(ctx, bs)
+					return bs[0].Verdict, bs[0].Ticket, bs[0].Err
 				}
-				if err != nil {
-					t.Fatalf("step %d: %v", i, err)
-				}
-				if v.Status != s.status || v.Kind != s.kind {
-					t.Fatalf("step %d: claim %s/%s = %v/%v, want %v/%v", i, s.key, s.msgID, v.Status, v.Kind, s.status, s.kind)
-				}
-				if v.Status == dedup.Proceed {
-					last := rec.claims[len(rec.claims)-1]
-					wm, _ := d.Watermark()
-					if !last.Now.Equal(wm) || !last.LeaseUntil.Equal(wm.Add(5*time.Second)) {
-						t.Fatalf("step %d: claim at %v lease %v, want the watermark %v and watermark + lease", i, last.Now, last.LeaseUntil, wm)
+				for i, s := range c.steps {
+					v, tk, err := claim(dedup.KeyOf(s.key), s.msgID, at(s.event))
+					if s.late {
+						if !errors.Is(err, dedup.ErrTooLate) {
+							t.Fatalf("step %d: %v, %v; want too late", i, v.Status, err)
+						}
+						continue
 					}
-					if err := d.Commit(ctx, tk); err != nil {
-						t.Fatal(err)
+					if err != nil {
+						t.Fatalf("step %d: %v", i, err)
 					}
-					// Event time + horizon, the event time held to the clock.
-					if exp := rec.expires[len(rec.expires)-1]; !exp.Equal(at(min(s.event, c.clock)).Add(time.Minute)) {
-						t.Fatalf("step %d: committed to expire at %v, want event time (at most the clock) + horizon", i, exp)
+					if v.Status != s.status || v.Kind != s.kind {
+						t.Fatalf("step %d: claim %s/%s = %v/%v, want %v/%v", i, s.key, s.msgID, v.Status, v.Kind, s.status, s.kind)
+					}
+					if v.Status == dedup.Proceed {
+						last := rec.claims[len(rec.claims)-1]
+						wm, _ := d.Watermark()
+						if !last.Now.Equal(wm) || !last.LeaseUntil.Equal(wm.Add(5*time.Second)) {
+							t.Fatalf("step %d: claim at %v lease %v, want the watermark %v and watermark + lease", i, last.Now, last.LeaseUntil, wm)
+						}
+						if err := d.Commit(ctx, tk); err != nil {
+							t.Fatal(err)
+						}
+						// Event time + horizon, the event time held to the clock.
+						if exp := rec.expires[len(rec.expires)-1]; !exp.Equal(at(min(s.event, c.clock)).Add(time.Minute)) {
+							t.Fatalf("step %d: committed to expire at %v, want event time (at most the clock) + horizon", i, exp)
+						}
 					}
 				}
-			}
-		})
+			})
+		}
+	}
+}
+
+// TestEventTimeBatchOrder: in one batch each message is judged at the
+// watermark its predecessors left, as one Claim after another: an old
+// event before a new one is still judged, the same old event after it is
+// too late.
+func TestEventTimeBatchOrder(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	d := must(dedup.New(mem.New(), dedup.Options{Horizon: time.Minute, Now: func() time.Time { return t0.Add(time.Hour) },
+		Domain: dedup.EventTime, AllowedLateness: 30 * time.Second}))
+	bs := []dedup.BatchClaim{
+		{Key: dedup.KeyOf("a"), MsgID: "m1", EventTime: t0},
+		{Key: dedup.KeyOf("b"), MsgID: "m2", EventTime: t0.Add(95 * time.Second)}, // watermark 65 s
+		{Key: dedup.KeyOf("c"), MsgID: "m3", EventTime: t0},
+	}
+	d.ClaimBatch(context.Background(), bs)
+	if bs[0].Err != nil || bs[0].Verdict.Status != dedup.Proceed || bs[1].Err != nil || bs[1].Verdict.Status != dedup.Proceed {
+		t.Fatalf("first two: %v %v, %v %v; want both to proceed", bs[0].Verdict.Status, bs[0].Err, bs[1].Verdict.Status, bs[1].Err)
+	}
+	if !errors.Is(bs[2].Err, dedup.ErrTooLate) {
+		t.Fatalf("the old event after the new one: %v %v, want too late", bs[2].Verdict.Status, bs[2].Err)
+	}
+	if !bs[1].Ticket.Expires.Equal(t0.Add(155*time.Second)) || !bs[0].Ticket.Expires.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("expiries %v and %v: want each event time + horizon", bs[0].Ticket.Expires, bs[1].Ticket.Expires)
 	}
 }
 
@@ -122,7 +160,7 @@ func TestProcessingTimeIgnoresEventTime(t *testing.T) {
 		t.Fatal("processing time has a watermark")
 	}
 	// An event from a year ago is judged like any other.
-	if v, _, err := d.ClaimEvent(context.Background(), dedup.KeyOf("a"), "m1", now.AddDate(-1, 0, 0)); err != nil || v.Status != dedup.Proceed {
+	if v, _, err := d.Claim(context.Background(), dedup.KeyOf("a"), "m1", now.AddDate(-1, 0, 0)); err != nil || v.Status != dedup.Proceed {
 		t.Fatalf("%v, %v", v.Status, err)
 	}
 }
@@ -157,19 +195,19 @@ func TestEventTimeExtremes(t *testing.T) {
 	d := must(dedup.New(mem.New(), dedup.Options{Horizon: time.Minute, Now: func() time.Time { return now },
 		Domain: dedup.EventTime, AllowedLateness: time.Second}))
 	ancient := time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
-	if _, _, err := d.ClaimEvent(ctx, dedup.KeyOf("a"), "m1", ancient); !errors.Is(err, dedup.ErrTooLate) {
+	if _, _, err := d.Claim(ctx, dedup.KeyOf("a"), "m1", ancient); !errors.Is(err, dedup.ErrTooLate) {
 		t.Fatalf("year 1 as the first event: %v, want too late", err)
 	}
 	if _, ok := d.Watermark(); ok {
 		t.Fatal("year 1 set a watermark")
 	}
-	if v, _, err := d.ClaimEvent(ctx, dedup.KeyOf("b"), "m2", time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)); err != nil || v.Status != dedup.Proceed {
+	if v, _, err := d.Claim(ctx, dedup.KeyOf("b"), "m2", time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)); err != nil || v.Status != dedup.Proceed {
 		t.Fatalf("year 9999: %v, %v", v.Status, err)
 	}
 	if wm, ok := d.Watermark(); !ok || !wm.Equal(now.Add(-time.Second)) {
 		t.Fatalf("watermark %v after a year-9999 event, want the clock minus the lateness", wm)
 	}
-	if v, _, err := d.ClaimEvent(ctx, dedup.KeyOf("c"), "m3", now); err != nil || v.Status != dedup.Proceed {
+	if v, _, err := d.Claim(ctx, dedup.KeyOf("c"), "m3", now); err != nil || v.Status != dedup.Proceed {
 		t.Fatalf("an event now after one far in the future: %v, %v", v.Status, err)
 	}
 }

@@ -68,7 +68,7 @@ type Config struct {
 	// measure duplicate rates before turning dedup on.
 	Shadow bool
 	// Late is what happens, in event time, to a message too late to judge
-	// (see dedup.Deduper.ClaimEvent).
+	// (see dedup.EventTime).
 	Late dedup.Late
 	// Audit, when Audit.Horizon is set, remembers emitted keys for that
 	// long (longer than the dedup horizon) to mark late duplicates.

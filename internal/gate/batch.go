@@ -22,8 +22,9 @@ import (
 // one to commit the keys whose writes succeeded and one to release those of
 // the writes that failed. A copy of a key written earlier in the same batch
 // is claimed again once that write is settled (a duplicate then, as Pass's
-// LocalWait makes it), not nacked. In event time each message is passed on
-// its own, all at once.
+// LocalWait makes it), not nacked. In event time the messages' event times
+// advance the watermark in batch order (dedup.Deduper.ClaimBatch); one too
+// late to judge takes the late policy on its own.
 func (g *Gate) PassBatch(ctx context.Context, ins []*pubsub.Message, outs []outcome.Outcome) {
 	for range ins {
 		g.m.Received()
@@ -59,23 +60,15 @@ func NackDelay(o outcome.Outcome) time.Duration {
 // job is a message to work on, with its claim's ticket (nil without dedup)
 // and its audit note.
 type job struct {
-	at int // its index in the batch
-	it *Item
-	t  *dedup.Ticket
-	n  *note
+	at    int // its index in the batch
+	it    *Item
+	t     *dedup.Ticket
+	audit bool // file the key in the audit once written
 }
 
 func (g *Gate) passBatch(ctx context.Context, ins []*pubsub.Message, outs []outcome.Outcome) {
 	if g.Err() != nil {
 		fill(outs, outcome.Retried)
-		return
-	}
-	if g.dd.Domain() == dedup.EventTime {
-		var wg sync.WaitGroup
-		for i, in := range ins {
-			wg.Go(func() { outs[i] = g.pass(ctx, in) })
-		}
-		wg.Wait()
 		return
 	}
 	items := make([]*Item, len(ins))
@@ -131,7 +124,7 @@ func (g *Gate) claimBatch(ctx context.Context, items []*Item, pending []int, out
 	}
 	bs := make([]dedup.BatchClaim, len(pending))
 	for j, i := range pending {
-		bs[j] = dedup.BatchClaim{Key: items[i].note.k, MsgID: items[i].In.ID}
+		bs[j] = dedup.BatchClaim{Key: items[i].hash, MsgID: items[i].In.ID, EventTime: items[i].EventTime}
 	}
 	start := g.now()
 	g.dd.ClaimBatch(ctx, bs)
@@ -142,6 +135,10 @@ func (g *Gate) claimBatch(ctx context.Context, items []*Item, pending []int, out
 		b, it := &bs[j], items[i]
 		if b.Here {
 			deferred = append(deferred, i)
+			continue
+		}
+		if errors.Is(b.Err, dedup.ErrTooLate) { // judged without the store
+			outs[i] = g.tooLate(ctx, it, b.Err)
 			continue
 		}
 		g.m.storeTime.Observe(claimed.Sub(start).Seconds())
@@ -157,9 +154,9 @@ func (g *Gate) claimBatch(ctx context.Context, items []*Item, pending []int, out
 		case dedup.InFlight:
 			outs[i] = outcome.InFlightConflict
 		case dedup.Proceed:
-			it.LateDuplicate = g.suspect(&it.note)
+			it.LateDuplicate = g.suspect(it)
 			t := b.Ticket
-			work = append(work, job{at: i, it: it, t: &t, n: &it.note})
+			work = append(work, job{at: i, it: it, t: &t, audit: true})
 		default:
 			outs[i] = g.unknown(b.Verdict.Status, it.In.ID)
 		}
@@ -238,8 +235,8 @@ func (g *Gate) workBatch(ctx context.Context, jobs []job, outs []outcome.Outcome
 			}
 			continue
 		}
-		if jb.n != nil && g.cfg.Audit != nil {
-			g.cfg.Audit.Add(jb.n.k, jb.n.at)
+		if jb.audit && g.cfg.Audit != nil {
+			g.cfg.Audit.Add(jb.it.hash, jb.it.auditAt)
 			if jb.it.LateDuplicate {
 				g.m.LateSuspected()
 				g.log.Debug("probable late duplicate emitted", "key", jb.it.Key, "message_id", in.ID)

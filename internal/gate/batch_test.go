@@ -56,8 +56,13 @@ type rig struct {
 }
 
 func newRig(t *testing.T, s dedup.Store, missing dedup.Missing) *rig {
+	return newRigIn(t, s, missing, dedup.ProcessingTime)
+}
+
+// newRigIn is newRig in the time domain domain.
+func newRigIn(t *testing.T, s dedup.Store, missing dedup.Missing, domain dedup.TimeDomain) *rig {
 	t.Helper()
-	dd, err := dedup.New(s, dedup.Options{LocalWait: time.Second})
+	dd, err := dedup.New(s, dedup.Options{LocalWait: time.Second, Domain: domain})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +129,14 @@ func (r *rig) batch(ms []*pubsub.Message) []outcome.Outcome {
 // TestPassBatchSameOutcomesAsPass: a stream of messages (new keys, copies
 // within a batch and across batches, redeliveries, missing keys under each
 // policy, failed and refused writes) gets, message by message, the outcome
-// Pass gives it one at a time.
+// Pass gives it one at a time, in either time domain.
 func TestPassBatchSameOutcomesAsPass(t *testing.T) {
+	for _, domain := range []dedup.TimeDomain{dedup.ProcessingTime, dedup.EventTime} {
+		t.Run(domain.String(), func(t *testing.T) { testPassBatchSameOutcomesAsPass(t, domain) })
+	}
+}
+
+func testPassBatchSameOutcomesAsPass(t *testing.T, domain dedup.TimeDomain) {
 	stream := []string{
 		"1:a:x", "2:b:x", "3:a:x", "4:a:x", "1:a:x", // copies of a in the batch, and a redelivery of 1
 		"5:c:fail", "6:d:bad", "7::x", "8:e:x",
@@ -141,7 +152,7 @@ func TestPassBatchSameOutcomesAsPass(t *testing.T) {
 	}
 	for _, missing := range []dedup.Missing{dedup.Fallback, dedup.Reject, dedup.Pass} {
 		t.Run(missing.String(), func(t *testing.T) {
-			one := newRig(t, mem.New(), missing)
+			one := newRigIn(t, mem.New(), missing, domain)
 			var want []outcome.Outcome
 			for _, m := range msgs(stream...) {
 				want = append(want, one.g.Pass(context.Background(), m))
@@ -150,7 +161,7 @@ func TestPassBatchSameOutcomesAsPass(t *testing.T) {
 				t.Fatalf("Pass gave the keyless message %s then %s, want %s then %s", want[7], want[13], k[0], k[1])
 			}
 			for _, size := range []int{1, 5, 9, len(stream)} {
-				b := newRig(t, mem.New(), missing)
+				b := newRigIn(t, mem.New(), missing, domain)
 				var got []outcome.Outcome
 				ms := msgs(stream...)
 				for len(ms) > 0 {

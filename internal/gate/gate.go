@@ -42,7 +42,10 @@ type Item struct {
 	// LateDuplicate: the audit filter saw the key beyond the horizon.
 	LateDuplicate bool
 
-	note note // in the same allocation as the item
+	// hash is Key as the store and the audit hold it (dedup.KeyOf), and
+	// auditAt the time the audit files it under (set with an audit only).
+	hash    dedup.Key
+	auditAt time.Time
 }
 
 // Work is the front end's step: write to a sink, call a handler.
@@ -253,7 +256,7 @@ func (g *Gate) pass(ctx context.Context, in *pubsub.Message) outcome.Outcome {
 	case it == nil:
 		return o
 	case it.Source == dedup.SourceNone:
-		return g.work(ctx, it, nil, nil, time.Time{})
+		return g.work(ctx, it, nil, false, time.Time{})
 	}
 	return g.decide(ctx, it)
 }
@@ -281,9 +284,9 @@ func (g *Gate) keyed(ctx context.Context, in *pubsub.Message) (*Item, outcome.Ou
 		return it, ""
 	}
 	it.Key = key
-	it.note.k = dedup.KeyOf(key)
+	it.hash = dedup.KeyOf(key)
 	if g.cfg.Audit != nil { // the clock is read per message only for the audit
-		it.note.at = g.auditTime(it.EventTime)
+		it.auditAt = g.auditTime(it.EventTime)
 	}
 	return it, ""
 }
@@ -291,23 +294,14 @@ func (g *Gate) keyed(ctx context.Context, in *pubsub.Message) (*Item, outcome.Ou
 // decide claims a keyed message's key, maps the verdict to an outcome and,
 // when the key is this message's to write, runs the work.
 func (g *Gate) decide(ctx context.Context, it *Item) outcome.Outcome {
-	in, n := it.In, &it.note
+	in := it.In
 	if err := g.storeHealth.Wait(ctx); err != nil {
 		return outcome.Retried // shutting down during a pause
 	}
 	start := g.now()
-	// In processing time Claim, which ClaimEvent would call: one frame
-	// fewer on the stack.
-	var v dedup.Verdict
-	var t dedup.Ticket
-	var err error
-	if g.dd.Domain() == dedup.EventTime {
-		v, t, err = g.dd.ClaimEvent(ctx, n.k, in.ID, it.EventTime)
-	} else {
-		v, t, err = g.dd.Claim(ctx, n.k, in.ID)
-	}
+	v, t, err := g.dd.Claim(ctx, it.hash, in.ID, it.EventTime)
 	if errors.Is(err, dedup.ErrTooLate) {
-		return g.tooLate(ctx, it, n, err)
+		return g.tooLate(ctx, it, err)
 	}
 	claimed := g.now()
 	g.m.storeTime.Observe(max(claimed.Sub(start)-v.Waited, 0).Seconds()) // a wait for our own work is not the store's
@@ -326,8 +320,8 @@ func (g *Gate) decide(ctx context.Context, it *Item) outcome.Outcome {
 		pause(ctx)
 		return outcome.InFlightConflict
 	case dedup.Proceed:
-		it.LateDuplicate = g.suspect(n)
-		return g.work(ctx, it, &t, n, claimed)
+		it.LateDuplicate = g.suspect(it)
+		return g.work(ctx, it, &t, true, claimed)
 	}
 	return g.unknown(v.Status, in.ID)
 }
@@ -345,7 +339,7 @@ func (g *Gate) duplicate(ctx context.Context, it *Item, v dedup.Verdict) outcome
 		g.cfg.OnDuplicate(ctx, it.In, v.Kind)
 	}
 	if g.cfg.Shadow {
-		if r := g.work(ctx, it, nil, nil, time.Time{}); r != outcome.Emitted {
+		if r := g.work(ctx, it, nil, false, time.Time{}); r != outcome.Emitted {
 			return r
 		}
 	}
@@ -375,13 +369,13 @@ func (g *Gate) storeFailed(ctx context.Context, start time.Time, err error) outc
 // tooLate applies the late policy to a message the horizon cannot judge.
 // Passed on, it is still checked against the audit, which remembers far
 // longer than the horizon.
-func (g *Gate) tooLate(ctx context.Context, it *Item, n *note, reason error) outcome.Outcome {
+func (g *Gate) tooLate(ctx context.Context, it *Item, reason error) outcome.Outcome {
 	var o outcome.Outcome
 	if g.cfg.Late == dedup.LateDeadLetter {
 		o = g.reject(ctx, it.In, reason)
 	} else {
-		it.LateDuplicate = g.suspect(n)
-		o = g.work(ctx, it, nil, n, time.Time{})
+		it.LateDuplicate = g.suspect(it)
+		o = g.work(ctx, it, nil, true, time.Time{})
 	}
 	if o == outcome.Emitted || o == outcome.DeadLettered {
 		g.m.TooLate()

@@ -10,12 +10,6 @@ import (
 	"github.com/dedupflow/dedupflow/internal/outcome"
 )
 
-// note is what the audit needs of a keyed message.
-type note struct {
-	k  dedup.Key
-	at time.Time // the message's time on the horizon's clock
-}
-
 // auditTime is the time the audit files a key under: the processing clock,
 // or in event time the event time, held back to the processing clock (as
 // the watermark is) so a producer's future-dated clock cannot rotate every
@@ -30,13 +24,13 @@ func (g *Gate) auditTime(et time.Time) time.Time {
 
 // suspect asks the audit whether a key the exact horizon no longer holds
 // was seen before, and records how late the copy came.
-func (g *Gate) suspect(n *note) bool {
+func (g *Gate) suspect(it *Item) bool {
 	if g.cfg.Audit == nil {
 		return false
 	}
-	seen, ok := g.cfg.Audit.Seen(n.k, n.at)
+	seen, ok := g.cfg.Audit.Seen(it.hash, it.auditAt)
 	if ok {
-		g.m.lateDelay.Observe(max(n.at.Sub(seen), 0).Seconds())
+		g.m.lateDelay.Observe(max(it.auditAt.Sub(seen), 0).Seconds())
 	}
 	return ok
 }
@@ -46,7 +40,7 @@ func (g *Gate) suspect(n *note) bool {
 // audit once the work is done. since is a clock reading taken just before,
 // which the work's time is measured from unless a pause comes between;
 // zero: the clock is read.
-func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, n *note, since time.Time) outcome.Outcome {
+func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, audit bool, since time.Time) outcome.Outcome {
 	returned := false
 	if t != nil {
 		defer func() {
@@ -97,8 +91,8 @@ func (g *Gate) work(ctx context.Context, it *Item, t *dedup.Ticket, n *note, sin
 	if g.workHealth != nil {
 		g.workHealth.OK()
 	}
-	if n != nil && g.cfg.Audit != nil {
-		g.cfg.Audit.Add(n.k, n.at)
+	if audit && g.cfg.Audit != nil {
+		g.cfg.Audit.Add(it.hash, it.auditAt)
 		if it.LateDuplicate {
 			g.m.LateSuspected()
 			g.log.Debug("probable late duplicate emitted", "key", it.Key, "message_id", it.In.ID)
