@@ -36,8 +36,8 @@ import (
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/gate"
-	"github.com/dedupflow/dedupflow/internal/outcome"
 	"github.com/dedupflow/dedupflow/limits"
+	"github.com/dedupflow/dedupflow/outcome"
 )
 
 // HandlerFunc handles one message. Its return value decides the message's

@@ -10,7 +10,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/backoff"
-	"github.com/dedupflow/dedupflow/internal/outcome"
+	"github.com/dedupflow/dedupflow/outcome"
 )
 
 // PassBatch runs ins through the gate as one batch and sets outs[i] to the

@@ -12,7 +12,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/dedupflow/dedupflow/dedup"
-	"github.com/dedupflow/dedupflow/internal/outcome"
+	"github.com/dedupflow/dedupflow/outcome"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/dedup"
-	"github.com/dedupflow/dedupflow/internal/outcome"
+	"github.com/dedupflow/dedupflow/outcome"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 

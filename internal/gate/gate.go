@@ -28,7 +28,7 @@ import (
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/backoff"
-	"github.com/dedupflow/dedupflow/internal/outcome"
+	"github.com/dedupflow/dedupflow/outcome"
 )
 
 // Item is a message on its way through the gate, as the work sees it.

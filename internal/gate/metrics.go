@@ -7,14 +7,13 @@ import (
 
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/internal/backoff"
-	"github.com/dedupflow/dedupflow/internal/outcome"
 )
 
 // metrics is the outcome counters and the gate's histograms and gauges,
 // collected together: one set of names for every front end, so dashboards
 // and alerts work for each.
 type metrics struct {
-	outcome.Counter
+	counter
 
 	latency   prometheus.Histogram // publish → work done
 	storeTime prometheus.Histogram
@@ -103,7 +102,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	m.Counter.Describe(ch)
+	m.counter.Describe(ch)
 	m.held.Describe(ch)
 	ch <- descHorizon
 	ch <- descHorizonS
@@ -121,7 +120,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	m.Counter.Collect(ch)
+	m.counter.Collect(ch)
 	m.held.Collect(ch)
 	if m.horizon != nil {
 		ch <- prometheus.MustNewConstMetric(descHorizon, prometheus.GaugeValue, float64(m.horizon()))

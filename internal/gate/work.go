@@ -7,7 +7,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/backoff"
-	"github.com/dedupflow/dedupflow/internal/outcome"
+	"github.com/dedupflow/dedupflow/outcome"
 )
 
 // auditTime is the time the audit files a key under: the processing clock,

@@ -23,8 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/internal/localguard"
-	"github.com/dedupflow/dedupflow/internal/outcome"
 	"github.com/dedupflow/dedupflow/limits"
+	"github.com/dedupflow/dedupflow/outcome"
 )
 
 // maxBody bounds a push request's body: a 10 MB message, base64 encoded,

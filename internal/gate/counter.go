@@ -1,68 +1,22 @@
-// Package outcome counts what became of the messages a dedup front end
-// received: the outcome counters the pipeline and the consumer library
-// share, and the Prometheus collector that exports them as
-// dedupflow_received_total, dedupflow_messages_total{outcome},
-// dedupflow_missing_id_total{producer} and, when messages are counted with
-// their producer, dedupflow_producer_messages_total{producer,outcome}. Both front ends export the same
-// names, labels and values, so dashboards and alerts work for either.
-package outcome
+package gate
 
 import (
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dedupflow/dedupflow/outcome"
 )
 
-// Outcome is what became of one received message.
-type Outcome string
-
-// Outcomes, as counted in dedupflow_messages_total{outcome}.
-const (
-	// Emitted: the message was passed on (written to the sink, or handled
-	// without error); its key is committed, the message acked.
-	Emitted             Outcome = "emitted"
-	DuplicateRedelivery Outcome = "duplicate_redelivery"
-	DuplicateRepublish  Outcome = "duplicate_republish"
-	// DeadLettered: the message was unusable and moved aside.
-	DeadLettered     Outcome = "dead_lettered"
-	InFlightConflict Outcome = "in_flight_conflict"
-	// Retried: nacked to come back later.
-	Retried Outcome = "retried"
-)
-
-// all lists the outcomes in the order they are exported; Counter.outcome
+// all lists the outcomes in the order they are exported; counter.outcome
 // is indexed like it.
-var all = [...]Outcome{Emitted, DuplicateRedelivery, DuplicateRepublish, DeadLettered, InFlightConflict, Retried}
+var all = [...]outcome.Outcome{outcome.Emitted, outcome.DuplicateRedelivery, outcome.DuplicateRepublish, outcome.DeadLettered, outcome.InFlightConflict, outcome.Retried}
 
-// Acked reports whether a message with this outcome is acked. Retried and
-// in-flight-conflict messages are nacked so they come back.
-func (o Outcome) Acked() bool { return o != Retried && o != InFlightConflict }
-
-// Counts is a snapshot of a Counter. The outcomes add up to Received once
-// every message in flight is settled.
-type Counts struct {
-	Received            int64
-	Emitted             int64
-	DuplicateRedelivery int64
-	DuplicateRepublish  int64
-	DeadLettered        int64
-	InFlightConflict    int64
-	Retried             int64
-	MissingID           int64
-	// LateDuplicateSuspected counts emitted messages the audit marked as
-	// probable late duplicates; they are also in Emitted.
-	LateDuplicateSuspected int64
-	// TooLate counts messages too late to judge in event time, passed or
-	// dead-lettered by the late policy; they are also in Emitted or
-	// DeadLettered.
-	TooLate int64
-}
-
-// Counter keeps the counters as atomics, read both by Snapshot and by
+// counter keeps the outcome counters as atomics, read both by Snapshot and by
 // Collect, so the two never disagree. Its zero value is ready to use; it
 // must not be copied after first use.
-type Counter struct {
+type counter struct {
 	received  atomic.Int64
 	outcome   [len(all)]atomic.Int64
 	missingID atomic.Int64
@@ -83,11 +37,11 @@ type producerCounts struct {
 }
 
 // Received counts one message received from the input.
-func (c *Counter) Received() { c.received.Add(1) }
+func (c *counter) Received() { c.received.Add(1) }
 
 // Count counts one message under its outcome. An unknown outcome is not
 // counted.
-func (c *Counter) Count(o Outcome) {
+func (c *counter) Count(o outcome.Outcome) {
 	if i := index(o); i >= 0 {
 		c.outcome[i].Add(1)
 	}
@@ -95,23 +49,23 @@ func (c *Counter) Count(o Outcome) {
 
 // LateSuspected counts one emitted message the audit marked as a probable
 // late duplicate.
-func (c *Counter) LateSuspected() { c.lateSuspected.Add(1) }
+func (c *counter) LateSuspected() { c.lateSuspected.Add(1) }
 
 // TooLate counts one message too late to judge in event time.
-func (c *Counter) TooLate() { c.tooLate.Add(1) }
+func (c *counter) TooLate() { c.tooLate.Add(1) }
 
-// MaxProducers is how many producer label values are kept; further values
-// are counted under OtherProducers.
-const MaxProducers = 100
+// maxProducers is how many producer label values are kept; further values
+// are counted under otherProducers.
+const maxProducers = 100
 
-// OtherProducers labels missing-id counts past MaxProducers values.
-const OtherProducers = "other"
+// otherProducers labels missing-id counts past maxProducers values.
+const otherProducers = "other"
 
 // CountFrom counts one message under its outcome, and under its producer
 // attribute's value ("" when it has none) for
 // dedupflow_producer_messages_total, so each producer's share of copies
 // shows. An unknown outcome is not counted.
-func (c *Counter) CountFrom(o Outcome, producer string) {
+func (c *counter) CountFrom(o outcome.Outcome, producer string) {
 	i := index(o)
 	if i < 0 {
 		return
@@ -124,13 +78,13 @@ func (c *Counter) CountFrom(o Outcome, producer string) {
 
 // Missing counts one message without the id attribute, under the value of
 // its producer attribute ("" when it has none).
-func (c *Counter) Missing(producer string) {
+func (c *counter) Missing(producer string) {
 	c.missingID.Add(1)
 	c.producer(producer).missing.Add(1)
 }
 
 // producer returns the counters of a producer label value.
-func (c *Counter) producer(name string) *producerCounts {
+func (c *counter) producer(name string) *producerCounts {
 	c.producersMu.RLock()
 	p, ok := c.producers[name]
 	c.producersMu.RUnlock()
@@ -140,10 +94,10 @@ func (c *Counter) producer(name string) *producerCounts {
 	c.producersMu.Lock()
 	defer c.producersMu.Unlock()
 	p, ok = c.producers[name]
-	if !ok && len(c.producers) >= MaxProducers {
+	if !ok && len(c.producers) >= maxProducers {
 		// The label comes from message attributes: cap it, so a producer
 		// writing a fresh value per message cannot grow /metrics forever.
-		name = OtherProducers
+		name = otherProducers
 		p, ok = c.producers[name]
 	}
 	if !ok {
@@ -157,16 +111,16 @@ func (c *Counter) producer(name string) *producerCounts {
 }
 
 // Snapshot returns the counters so far.
-func (c *Counter) Snapshot() Counts {
-	get := func(o Outcome) int64 { return c.outcome[index(o)].Load() }
-	return Counts{
+func (c *counter) Snapshot() outcome.Counts {
+	get := func(o outcome.Outcome) int64 { return c.outcome[index(o)].Load() }
+	return outcome.Counts{
 		Received:            c.received.Load(),
-		Emitted:             get(Emitted),
-		DuplicateRedelivery: get(DuplicateRedelivery),
-		DuplicateRepublish:  get(DuplicateRepublish),
-		DeadLettered:        get(DeadLettered),
-		InFlightConflict:    get(InFlightConflict),
-		Retried:             get(Retried),
+		Emitted:             get(outcome.Emitted),
+		DuplicateRedelivery: get(outcome.DuplicateRedelivery),
+		DuplicateRepublish:  get(outcome.DuplicateRepublish),
+		DeadLettered:        get(outcome.DeadLettered),
+		InFlightConflict:    get(outcome.InFlightConflict),
+		Retried:             get(outcome.Retried),
 		MissingID:           c.missingID.Load(),
 
 		LateDuplicateSuspected: c.lateSuspected.Load(),
@@ -174,7 +128,7 @@ func (c *Counter) Snapshot() Counts {
 	}
 }
 
-func index(o Outcome) int {
+func index(o outcome.Outcome) int {
 	for i, x := range all {
 		if x == o {
 			return i
@@ -197,7 +151,7 @@ var (
 )
 
 // Describe implements prometheus.Collector.
-func (c *Counter) Describe(ch chan<- *prometheus.Desc) {
+func (c *counter) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descReceived
 	ch <- descMessages
 	ch <- descMissing
@@ -207,7 +161,7 @@ func (c *Counter) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *Counter) Collect(ch chan<- prometheus.Metric) {
+func (c *counter) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.CounterValue, float64(c.received.Load()))
 	for i, o := range all {
 		ch <- prometheus.MustNewConstMetric(descMessages, prometheus.CounterValue, float64(c.outcome[i].Load()), string(o))

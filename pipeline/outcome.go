@@ -1,8 +1,9 @@
 package pipeline
 
-import "github.com/dedupflow/dedupflow/internal/outcome"
+import "github.com/dedupflow/dedupflow/outcome"
 
-// Outcome is what became of one received message.
+// Outcome is what became of one received message (see package outcome,
+// which the consumer library's counts share).
 type Outcome = outcome.Outcome
 
 // Outcomes, as counted in dedupflow_messages_total{outcome}.

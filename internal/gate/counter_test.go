@@ -1,4 +1,4 @@
-package outcome_test
+package gate
 
 import (
 	"fmt"
@@ -8,11 +8,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dedupflow/dedupflow/internal/outcome"
+	"github.com/dedupflow/dedupflow/outcome"
 )
 
 func TestCounter(t *testing.T) {
-	var c outcome.Counter // the zero value is ready
+	var c counter // the zero value is ready
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -89,20 +89,9 @@ func TestCounter(t *testing.T) {
 	}
 }
 
-func TestAcked(t *testing.T) {
-	for o, want := range map[outcome.Outcome]bool{
-		outcome.Emitted: true, outcome.DuplicateRedelivery: true, outcome.DuplicateRepublish: true,
-		outcome.DeadLettered: true, outcome.InFlightConflict: false, outcome.Retried: false,
-	} {
-		if o.Acked() != want {
-			t.Errorf("%s.Acked() = %v, want %v", o, !want, want)
-		}
-	}
-}
-
 func TestProducerLabelsCapped(t *testing.T) {
-	var c outcome.Counter
-	for i := 0; i < outcome.MaxProducers+50; i++ {
+	var c counter
+	for i := 0; i < maxProducers+50; i++ {
 		c.Missing(fmt.Sprint("producer-", i))
 	}
 	c.Missing("producer-0") // a known value keeps its own label
@@ -116,12 +105,12 @@ func TestProducerLabelsCapped(t *testing.T) {
 		if mf.GetName() != "dedupflow_missing_id_total" {
 			continue
 		}
-		if n := len(mf.GetMetric()); n != outcome.MaxProducers+1 {
-			t.Fatalf("%d producer series, want %d plus %q", n, outcome.MaxProducers, outcome.OtherProducers)
+		if n := len(mf.GetMetric()); n != maxProducers+1 {
+			t.Fatalf("%d producer series, want %d plus %q", n, maxProducers, otherProducers)
 		}
 		for _, m := range mf.GetMetric() {
-			if lv := m.GetLabel()[0].GetValue(); lv == outcome.OtherProducers && m.GetCounter().GetValue() != 50 {
-				t.Fatalf("%q counted %v, want the 50 past the cap", outcome.OtherProducers, m.GetCounter().GetValue())
+			if lv := m.GetLabel()[0].GetValue(); lv == otherProducers && m.GetCounter().GetValue() != 50 {
+				t.Fatalf("%q counted %v, want the 50 past the cap", otherProducers, m.GetCounter().GetValue())
 			}
 		}
 		return
@@ -134,7 +123,7 @@ func TestProducerLabelsCapped(t *testing.T) {
 // producer seen; producers only counted as missing get no such series, and
 // a producer counted both ways shares one label value.
 func TestCountFrom(t *testing.T) {
-	var c outcome.Counter
+	var c counter
 	c.CountFrom(outcome.Emitted, "billing")
 	c.CountFrom(outcome.DuplicateRepublish, "billing")
 	c.CountFrom(outcome.DuplicateRepublish, "billing")
