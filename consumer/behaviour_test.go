@@ -24,7 +24,7 @@ func TestFailedHandlerRunsAgain(t *testing.T) {
 			e := newEnv(t, kind)
 			c := newCalls()
 			var badKey atomic.Value
-			d := mustNew(t, mem.New(), consumer.Options{IDAttribute: "event_id"}, func(ctx context.Context, m *pubsub.Message) error {
+			d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}}, func(ctx context.Context, m *pubsub.Message) error {
 				key := m.Attributes["event_id"]
 				if k, ok := consumer.KeyFromContext(ctx); !ok || k != key {
 					badKey.Store(k)
@@ -68,10 +68,7 @@ func TestRepublishNeverReachesHandler(t *testing.T) {
 			e := newEnv(t, kind)
 			c := newCalls()
 			var seen dups
-			d := mustNew(t, mem.New(), consumer.Options{
-				IDAttribute: "event_id",
-				OnDuplicate: func(_ context.Context, m *pubsub.Message, k dedup.Kind) { seen.add(m.ID, k.String()) },
-			}, func(_ context.Context, m *pubsub.Message) error {
+			d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}, OnDuplicate: func(_ context.Context, m *pubsub.Message, k dedup.Kind) { seen.add(m.ID, k.String()) }}, func(_ context.Context, m *pubsub.Message) error {
 				_, done := c.enter(m.Attributes["event_id"])
 				time.Sleep(20 * time.Millisecond) // so copies can arrive while it runs
 				done(nil)
@@ -110,10 +107,7 @@ func TestRedeliveryAfterLostAck(t *testing.T) {
 			e.loss.sub.Store(e.sub)
 			var handled atomic.Int32
 			var seen dups
-			d := mustNew(t, mem.New(), consumer.Options{
-				IDAttribute: "event_id",
-				OnDuplicate: func(_ context.Context, m *pubsub.Message, k dedup.Kind) { seen.add(m.ID, k.String()) },
-			}, func(context.Context, *pubsub.Message) error {
+			d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}, OnDuplicate: func(_ context.Context, m *pubsub.Message, k dedup.Kind) { seen.add(m.ID, k.String()) }}, func(context.Context, *pubsub.Message) error {
 				handled.Add(1)
 				return nil
 			})
@@ -150,7 +144,7 @@ func TestPanicReleasesKeyAndGoesOn(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			e := newEnv(t, kind)
 			c := newCalls()
-			d := mustNew(t, mem.New(), consumer.Options{IDAttribute: "event_id", Lease: 30 * time.Second},
+			d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id", Lease: 30 * time.Second}},
 				func(_ context.Context, m *pubsub.Message) error {
 					n, done := c.enter(m.Attributes["event_id"])
 					if n == 1 {
@@ -203,7 +197,7 @@ func TestInFlightCopyWaits(t *testing.T) {
 			e := newEnv(t, kind)
 			release := make(chan struct{})
 			var handled atomic.Int32
-			d := mustNew(t, mem.New(), consumer.Options{IDAttribute: "event_id"}, func(ctx context.Context, _ *pubsub.Message) error {
+			d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}}, func(ctx context.Context, _ *pubsub.Message) error {
 				handled.Add(1)
 				select {
 				case <-release:

@@ -3,7 +3,7 @@
 // around the service's handler drops redeliveries and republished copies
 // within the horizon, and never drops a message whose handler failed.
 //
-//	h, err := consumer.Handler(store, consumer.Options{IDAttribute: "event_id"},
+//	h, err := consumer.Handler(store, consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}},
 //		func(ctx context.Context, m *pubsub.Message) error {
 //			return process(ctx, m.Data) // nil: done; an error: it comes back
 //		})
@@ -12,7 +12,7 @@
 //	}
 //	return sub.Receive(ctx, h)
 //
-// Per message, as the pipeline does: derive the key (dedup.Rule); claim it
+// Per message, as the pipeline does: derive the key (dedup.Policy); claim it
 // (dedup.Deduper); run the handler; commit the key only if the handler
 // returned nil; ack. A handler error releases the key and nacks, so the
 // redelivery runs the handler again. This is the order that matters:
@@ -36,7 +36,6 @@ import (
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/gate"
-	"github.com/dedupflow/dedupflow/limits"
 	"github.com/dedupflow/dedupflow/outcome"
 )
 
@@ -54,56 +53,17 @@ type HandlerFunc func(ctx context.Context, m *pubsub.Message) error
 // Options configure a Dedup. The zero value dedups redeliveries only (the
 // key is the message ID) over a 10 minute horizon.
 type Options struct {
-	// IDAttribute names the attribute in which publishers stamp a stable
-	// key, once, before the first attempt; copies that carry the same key
-	// are republishes and are dropped too. Empty: the message ID is the
-	// key, which catches redeliveries only.
-	IDAttribute string
-	// MissingID is what happens to a message without IDAttribute (or with
-	// it empty): dedup.Fallback (default) keys it by its message ID;
-	// dedup.Pass runs the handler without dedup; dedup.Reject does not run
-	// the handler and hands the message to OnReject.
-	MissingID dedup.Missing
-	// ProducerAttribute labels dedupflow_missing_id_total, so the one
-	// producer in a fleet that forgets the key can be found.
-	ProducerAttribute string
-	// KeyFrom says where the key is, as the pipeline's --key-from:
-	// dedup.KeyFromAttribute (IDAttribute, the default), dedup.KeyFromJSON
-	// (the field at KeyPath of a JSON payload) or dedup.KeyFromHash (the
-	// payload's SHA-256). A payload without the key follows MissingID.
-	KeyFrom dedup.KeyFrom
-	// KeyPath is the gjson path of the key field, for dedup.KeyFromJSON.
-	KeyPath string
+	// Policy is how messages are deduped, as in the pipeline: the key
+	// (IDAttribute names the attribute in which publishers stamp a stable
+	// key, once, before the first attempt; empty keys by message ID, which
+	// catches redeliveries only), the event time, the horizon and the
+	// lease (see dedup.Policy). A message without a usable key or
+	// event time, and one too late to judge under dedup.LateDeadLetter,
+	// goes to OnReject; under dedup.Pass and dedup.LatePass the handler
+	// runs without dedup. The lease keeps other copies away while the
+	// handler runs.
+	dedup.Policy
 
-	// TimestampAttribute holds each message's event time (milliseconds
-	// since the epoch or RFC 3339); empty means the publish time. A
-	// message whose attribute is missing or malformed goes to OnReject.
-	TimestampAttribute string
-	// TimeDomain is the horizon's clock: dedup.ProcessingTime (default)
-	// or dedup.EventTime, where a key expires when the watermark passes
-	// its event time plus the horizon (see dedup.EventTime).
-	TimeDomain dedup.TimeDomain
-	// AllowedLateness is how far the event-time watermark trails the
-	// highest event time seen.
-	AllowedLateness time.Duration
-	// Late is what happens, in event time, to a message too late to
-	// judge: dedup.LatePass (default) runs the handler without dedup,
-	// dedup.LateDeadLetter hands it to OnReject.
-	Late dedup.Late
-
-	// Horizon is how long a handled key is remembered, from first sight
-	// (default dedup.DefaultHorizon, at least dedup.MinHorizon). A copy
-	// that arrives later runs the handler again: the horizon protects
-	// against near-term republishing; it is not an idempotency store.
-	Horizon time.Duration
-	// HorizonMode is dedup.Fixed (default: a key lives Horizon from first
-	// sight) or dedup.Sliding (each caught copy keeps its key another
-	// Horizon).
-	HorizonMode dedup.HorizonMode
-	// Lease is how long a claimed key keeps other copies away while the
-	// handler runs (default dedup.DefaultLease). A claimant that dies is
-	// taken over after it.
-	Lease time.Duration
 	// HandlerTimeout bounds one handler call through its context (default
 	// Lease/2). It must be shorter than Lease: a handler that outlives the
 	// lease may run at the same time as a copy that took the key over.
@@ -157,55 +117,8 @@ func invalid(format string, args ...any) error {
 
 // validate checks o and fills defaults.
 func (o *Options) validate() error {
-	for _, a := range []struct{ name, v string }{
-		{"IDAttribute", o.IDAttribute}, {"ProducerAttribute", o.ProducerAttribute}, {"TimestampAttribute", o.TimestampAttribute},
-	} {
-		if a.v == "" {
-			continue
-		}
-		if err := limits.AttributeKey(a.v); err != nil {
-			return invalid("%s: %w", a.name, err)
-		}
-	}
-	switch o.KeyFrom {
-	case dedup.KeyFromAttribute:
-		if o.KeyPath != "" {
-			return invalid("KeyPath %q needs KeyFrom dedup.KeyFromJSON", o.KeyPath)
-		}
-	case dedup.KeyFromJSON:
-		if o.KeyPath == "" {
-			return invalid("KeyFrom dedup.KeyFromJSON needs a KeyPath (a gjson path such as order.id)")
-		}
-	case dedup.KeyFromHash:
-	default:
-		return invalid("unknown KeyFrom %d", o.KeyFrom)
-	}
-	switch o.MissingID {
-	case dedup.Fallback, dedup.Pass, dedup.Reject:
-	default:
-		return invalid("unknown MissingID policy %d: want dedup.Fallback, dedup.Pass or dedup.Reject", o.MissingID)
-	}
-	if o.IDAttribute == "" && o.KeyFrom == dedup.KeyFromAttribute {
-		// Both settings only mean something when a message can lack the
-		// id attribute; accepting them silently would hide a typo'd config.
-		if o.MissingID != dedup.Fallback {
-			return invalid("MissingID %s needs an IDAttribute: without one every message is keyed by its message ID", o.MissingID)
-		}
-		if o.ProducerAttribute != "" {
-			return invalid("ProducerAttribute %q needs an IDAttribute: it labels messages that lack it", o.ProducerAttribute)
-		}
-	}
-	if o.Horizon == 0 {
-		o.Horizon = dedup.DefaultHorizon
-	}
-	if o.Horizon < dedup.MinHorizon {
-		return invalid("horizon %v is below the minimum of %v", o.Horizon, dedup.MinHorizon)
-	}
-	if o.Lease == 0 {
-		o.Lease = dedup.DefaultLease
-	}
-	if o.Lease < 0 {
-		return invalid("lease %v must be positive", o.Lease)
+	if err := o.Policy.Validate(); err != nil {
+		return invalid("%w", err)
 	}
 	if o.HandlerTimeout == 0 {
 		o.HandlerTimeout = o.Lease / 2
@@ -251,15 +164,12 @@ func New(store dedup.Store, opt Options, f HandlerFunc) (*Dedup, error) {
 	if err := opt.validate(); err != nil {
 		return nil, err
 	}
-	dd, err := dedup.New(store, dedup.Options{Horizon: opt.Horizon, Lease: opt.Lease, Now: opt.Now, LocalWait: opt.Lease,
-		Domain: opt.TimeDomain, AllowedLateness: opt.AllowedLateness, Mode: opt.HorizonMode})
+	dd, err := dedup.New(store, dedup.Options{Policy: opt.Policy, Now: opt.Now, LocalWait: opt.Lease})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	d := &Dedup{opt: opt, f: f}
 	gc := gate.Config{
-		Rule:               dedup.Rule{IDAttribute: opt.IDAttribute, Missing: opt.MissingID, From: opt.KeyFrom, Path: opt.KeyPath},
-		TimestampAttribute: opt.TimestampAttribute, ProducerAttribute: opt.ProducerAttribute, Late: opt.Late,
 		Deduper: dd, Work: gate.Work{Name: "handler", Do: d.run},
 		RejectName: "OnReject", Hint: "set OnReject, or a dead-letter policy on the subscription",
 		Logger: opt.Logger, Now: opt.Now,

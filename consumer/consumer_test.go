@@ -29,22 +29,21 @@ func TestOptionsValidation(t *testing.T) {
 		want  string // "" means valid
 	}{
 		{"zero value", mem.New(), consumer.Options{}, nop, ""},
-		{"full", mem.New(), consumer.Options{IDAttribute: "event_id", MissingID: dedup.Reject, ProducerAttribute: "source",
-			Horizon: time.Hour, Lease: time.Minute, HandlerTimeout: 50 * time.Second}, nop, ""},
+		{"full", mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id", Missing: dedup.Reject, ProducerAttribute: "source", Horizon: time.Hour, Lease: time.Minute}, HandlerTimeout: 50 * time.Second}, nop, ""},
 		{"nil store", nil, consumer.Options{}, nop, "nil store"},
 		{"nil handler", mem.New(), consumer.Options{}, nil, "nil handler"},
-		{"short horizon", mem.New(), consumer.Options{Horizon: 500 * time.Millisecond}, nop, "horizon 500ms is below the minimum of 1s"},
-		{"negative horizon", mem.New(), consumer.Options{Horizon: -time.Minute}, nop, "below the minimum"},
-		{"negative lease", mem.New(), consumer.Options{Lease: -time.Second}, nop, "lease -1s must be positive"},
+		{"short horizon", mem.New(), consumer.Options{Policy: dedup.Policy{Horizon: 500 * time.Millisecond}}, nop, "horizon 500ms is below the minimum of 1s"},
+		{"negative horizon", mem.New(), consumer.Options{Policy: dedup.Policy{Horizon: -time.Minute}}, nop, "below the minimum"},
+		{"negative lease", mem.New(), consumer.Options{Policy: dedup.Policy{Lease: -time.Second}}, nop, "lease -1s must be positive"},
 		{"negative timeout", mem.New(), consumer.Options{HandlerTimeout: -time.Second}, nop, "handler timeout -1s must be positive"},
-		{"timeout past lease", mem.New(), consumer.Options{Lease: 10 * time.Second, HandlerTimeout: 10 * time.Second}, nop,
+		{"timeout past lease", mem.New(), consumer.Options{Policy: dedup.Policy{Lease: 10 * time.Second}, HandlerTimeout: 10 * time.Second}, nop,
 			"handler timeout 10s must be shorter than the lease 10s"},
 		{"default timeout vs lease", mem.New(), consumer.Options{HandlerTimeout: time.Minute}, nop, "shorter than the lease 30s"},
-		{"unknown policy", mem.New(), consumer.Options{IDAttribute: "k", MissingID: 7}, nop, "unknown MissingID policy 7"},
-		{"reject without attribute", mem.New(), consumer.Options{MissingID: dedup.Reject}, nop, "MissingID reject needs an IDAttribute"},
-		{"producer without attribute", mem.New(), consumer.Options{ProducerAttribute: "source"}, nop, `ProducerAttribute "source" needs an IDAttribute`},
-		{"long attribute", mem.New(), consumer.Options{IDAttribute: strings.Repeat("a", 257)}, nop, "IDAttribute: invalid attribute key"},
-		{"binary attribute", mem.New(), consumer.Options{IDAttribute: "\xff"}, nop, "not valid UTF-8"},
+		{"unknown policy", mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "k", Missing: 7}}, nop, "unknown Missing policy 7"},
+		{"reject without attribute", mem.New(), consumer.Options{Policy: dedup.Policy{Missing: dedup.Reject}}, nop, "Missing reject needs an IDAttribute"},
+		{"producer without attribute", mem.New(), consumer.Options{Policy: dedup.Policy{ProducerAttribute: "source"}}, nop, `ProducerAttribute "source" needs an IDAttribute`},
+		{"long attribute", mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: strings.Repeat("a", 257)}}, nop, "IDAttribute: invalid attribute key"},
+		{"binary attribute", mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "\xff"}}, nop, "not valid UTF-8"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -117,14 +116,14 @@ func TestMissingID(t *testing.T) {
 		}
 	})
 	t.Run("pass runs the handler without a key", func(t *testing.T) {
-		_, d, _, got := run(t, consumer.Options{MissingID: dedup.Pass}, false)
+		_, d, _, got := run(t, consumer.Options{Policy: dedup.Policy{Missing: dedup.Pass}}, false)
 		eventually(t, "handled", func() bool { return d.Counts().Emitted == 1 })
 		if r := got(); len(r.handled) != 1 || r.handled[0] != "-" {
 			t.Errorf("handler saw keys %v, want none", r.handled)
 		}
 	})
 	t.Run("reject hands it to OnReject and acks", func(t *testing.T) {
-		e, d, id, got := run(t, consumer.Options{MissingID: dedup.Reject}, true)
+		e, d, id, got := run(t, consumer.Options{Policy: dedup.Policy{Missing: dedup.Reject}}, true)
 		eventually(t, "rejected", func() bool { return d.Counts().DeadLettered == 1 })
 		eventually(t, "the ack", func() bool { return e.srv.Message(id).Acks == 1 })
 		r := got()
@@ -136,7 +135,7 @@ func TestMissingID(t *testing.T) {
 		}
 	})
 	t.Run("reject without OnReject nacks, never acks", func(t *testing.T) {
-		e, d, id, got := run(t, consumer.Options{MissingID: dedup.Reject}, false)
+		e, d, id, got := run(t, consumer.Options{Policy: dedup.Policy{Missing: dedup.Reject}}, false)
 		eventually(t, "two nacks", func() bool { return d.Counts().Retried >= 2 })
 		if m := e.srv.Message(id); m.Acks != 0 {
 			t.Errorf("rejected message acked %d times", m.Acks)
@@ -173,7 +172,7 @@ func TestStoreUnavailable(t *testing.T) {
 	st := &flaky{Store: mem.New()}
 	st.down.Store(true)
 	var handled atomic.Int32
-	d := mustNew(t, st, consumer.Options{IDAttribute: "event_id"}, func(context.Context, *pubsub.Message) error {
+	d := mustNew(t, st, consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}}, func(context.Context, *pubsub.Message) error {
 		handled.Add(1)
 		return nil
 	})
@@ -203,7 +202,7 @@ func TestStoreUnavailable(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	e := newEnv(t, "pstest")
 	reg := prometheus.NewRegistry()
-	d := mustNew(t, mem.New(), consumer.Options{IDAttribute: "event_id", Registerer: reg}, nop)
+	d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}, Registerer: reg}, nop)
 	e.receive(nil, d.Handle)
 	e.publish("a", "k")
 	eventually(t, "handled", func() bool { return d.Counts().Emitted == 1 })

@@ -64,13 +64,9 @@ func ExampleHandler() {
 		}
 	}
 
-	h, err := consumer.Handler(mem.New(), consumer.Options{
-		IDAttribute: "event_id",
-		Horizon:     10 * time.Minute,
-		OnDuplicate: func(_ context.Context, m *pubsub.Message, kind dedup.Kind) {
-			say("dropped a %s of %s", kind, m.Attributes["event_id"])
-		},
-	}, func(ctx context.Context, m *pubsub.Message) error {
+	h, err := consumer.Handler(mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id", Horizon: 10 * time.Minute}, OnDuplicate: func(_ context.Context, m *pubsub.Message, kind dedup.Kind) {
+		say("dropped a %s of %s", kind, m.Attributes["event_id"])
+	}}, func(ctx context.Context, m *pubsub.Message) error {
 		// Charge the customer, write a row... An error here means "not
 		// done": the key is released and the message comes back.
 		say("handled %s", m.Attributes["event_id"])

@@ -42,7 +42,7 @@ func (r *rejects) get(id string) error {
 func TestKeyFromBody(t *testing.T) {
 	e := newEnv(t, "broker")
 	c := newCalls()
-	d := mustNew(t, mem.New(), consumer.Options{KeyFrom: dedup.KeyFromJSON, KeyPath: "order.id"},
+	d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{From: dedup.KeyFromJSON, Path: "order.id"}},
 		func(ctx context.Context, m *pubsub.Message) error {
 			k, _ := consumer.KeyFromContext(ctx)
 			_, done := c.enter(k)
@@ -56,7 +56,7 @@ func TestKeyFromBody(t *testing.T) {
 	if n, ok := c.get("A-1"); n != 1 || ok != 1 {
 		t.Fatalf("handler ran %d times for order A-1, want once", n)
 	}
-	if _, err := consumer.New(mem.New(), consumer.Options{KeyFrom: dedup.KeyFromJSON}, nop); !errors.Is(err, consumer.ErrInvalidOptions) {
+	if _, err := consumer.New(mem.New(), consumer.Options{Policy: dedup.Policy{From: dedup.KeyFromJSON}}, nop); !errors.Is(err, consumer.ErrInvalidOptions) {
 		t.Errorf("KeyFromJSON without a path: %v, want ErrInvalidOptions", err)
 	}
 }
@@ -67,7 +67,7 @@ func TestKeyFromBody(t *testing.T) {
 func TestTimestampAttribute(t *testing.T) {
 	e := newEnv(t, "pstest")
 	var rj rejects
-	d := mustNew(t, mem.New(), consumer.Options{IDAttribute: "event_id", TimestampAttribute: "occurred_at", OnReject: rj.take}, nop)
+	d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id", TimestampAttribute: "occurred_at"}, OnReject: rj.take}, nop)
 	e.receive(nil, d.Handle)
 	bad, err := e.pub.Publish(context.Background(), &pubsub.Message{Data: []byte("x"),
 		Attributes: map[string]string{"event_id": "1", "occurred_at": "soon"}}).Get(context.Background())
@@ -94,7 +94,7 @@ func TestTimestampAttribute(t *testing.T) {
 func TestPermanentHandlerError(t *testing.T) {
 	e := newEnv(t, "pstest")
 	var rj rejects
-	d := mustNew(t, mem.New(), consumer.Options{IDAttribute: "event_id", OnReject: rj.take},
+	d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}, OnReject: rj.take},
 		func(context.Context, *pubsub.Message) error {
 			return fmt.Errorf("field total: %w", consumer.ErrPermanent)
 		})
@@ -122,7 +122,7 @@ func (refusing) Claim(context.Context, dedup.Claim) (dedup.Verdict, error) {
 func TestFatalStoreErrorStopsReceive(t *testing.T) {
 	e := newEnv(t, "pstest")
 	handled := false
-	d := mustNew(t, refusing{mem.New()}, consumer.Options{IDAttribute: "event_id"},
+	d := mustNew(t, refusing{mem.New()}, consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}},
 		func(context.Context, *pubsub.Message) error { handled = true; return nil })
 	done := make(chan error, 1)
 	go func() { done <- d.Receive(context.Background(), e.c.Subscriber(e.sub)) }()

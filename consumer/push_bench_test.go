@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dedupflow/dedupflow/consumer"
+	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -18,7 +19,7 @@ import (
 //	go test -run '^$' -bench Push ./consumer
 func BenchmarkPush(b *testing.B) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	dedup, err := consumer.PushHandler(mem.New(), consumer.Options{IDAttribute: "key"}, ok)
+	dedup, err := consumer.PushHandler(mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "key"}}, ok)
 	if err != nil {
 		b.Fatal(err)
 	}

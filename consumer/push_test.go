@@ -19,6 +19,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/consumer"
+	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/store/mem"
@@ -79,7 +80,7 @@ func always(code int) func(int) int { return func(int) int { return code } }
 // republishes; a redelivery of Message 2 is counted as one.
 func TestPushSeedScenario(t *testing.T) {
 	var s seen
-	h, err := consumer.PushHandler(mem.New(), consumer.Options{IDAttribute: "key"}, s.handler(always(http.StatusOK)))
+	h, err := consumer.PushHandler(mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "key"}}, s.handler(always(http.StatusOK)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestPushSeedScenario(t *testing.T) {
 // redelivery answered 204.
 func TestPushFailsTwiceThenSucceeds(t *testing.T) {
 	var s seen
-	h, err := consumer.PushHandler(mem.New(), consumer.Options{IDAttribute: "key"},
+	h, err := consumer.PushHandler(mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "key"}},
 		s.handler(func(n int) int {
 			return map[bool]int{true: http.StatusInternalServerError, false: http.StatusAccepted}[n < 2]
 		}))
@@ -165,7 +166,7 @@ func TestPushBadRequests(t *testing.T) {
 // ID and attributes are headers (their names without case).
 func TestPushUnwrapped(t *testing.T) {
 	var s seen
-	h, err := consumer.PushHandler(mem.New(), consumer.Options{IDAttribute: "event_id"}, s.handler(always(http.StatusOK)))
+	h, err := consumer.PushHandler(mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}}, s.handler(always(http.StatusOK)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,14 +194,14 @@ func TestPushInFlightAnswers429(t *testing.T) {
 	st := mem.New()
 	release := make(chan struct{})
 	var s seen
-	slow, err := consumer.PushHandler(st, consumer.Options{IDAttribute: "key"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	slow, err := consumer.PushHandler(st, consumer.Options{Policy: dedup.Policy{IDAttribute: "key"}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-release
 		s.handler(always(http.StatusOK)).ServeHTTP(w, r)
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := consumer.PushHandler(st, consumer.Options{IDAttribute: "key"}, s.handler(always(http.StatusOK)))
+	other, err := consumer.PushHandler(st, consumer.Options{Policy: dedup.Policy{IDAttribute: "key"}}, s.handler(always(http.StatusOK)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func pushSeedAndSlow(t *testing.T, host string) {
 	t.Cleanup(func() { c.Close() })
 	var s seen
 	var slowOnce atomic.Bool
-	h, err := consumer.PushHandler(mem.New(), consumer.Options{IDAttribute: "key"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h, err := consumer.PushHandler(mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "key"}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m, _ := consumer.MessageFrom(r.Context())
 		if string(m.Data) == "slow" && slowOnce.CompareAndSwap(false, true) {
 			time.Sleep(12 * time.Second) // past the 10 s ack deadline: pushed again
@@ -306,7 +307,7 @@ func TestPushReplicasShareRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { st.Close() })
-		h, err := consumer.PushHandler(st, consumer.Options{IDAttribute: "key"}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, err := consumer.PushHandler(st, consumer.Options{Policy: dedup.Policy{IDAttribute: "key"}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			k, _ := consumer.KeyFromContext(r.Context())
 			n, _ := ok.LoadOrStore(k, new(atomic.Int32))
 			n.(*atomic.Int32).Add(1)

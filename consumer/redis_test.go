@@ -11,6 +11,7 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/dedupflow/dedupflow/consumer"
+	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/store/redis"
 )
@@ -35,7 +36,7 @@ func TestTwoConsumersShareRedis(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { st.Close() })
-				d := mustNew(t, st, consumer.Options{IDAttribute: "event_id"}, func(_ context.Context, m *pubsub.Message) error {
+				d := mustNew(t, st, consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}}, func(_ context.Context, m *pubsub.Message) error {
 					key := m.Attributes["event_id"]
 					n, done := c.enter(key)
 					time.Sleep(5 * time.Millisecond) // long enough for copies to meet

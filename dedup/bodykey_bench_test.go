@@ -33,13 +33,13 @@ func payload1K(keyLast bool) []byte {
 func BenchmarkDeriveBody(b *testing.B) {
 	for _, c := range []struct {
 		name string
-		rule Rule
+		rule Policy
 		data []byte
 	}{
-		{"rule=attribute", Rule{IDAttribute: "key"}, payload1K(false)},
-		{"rule=json/field=first", Rule{From: KeyFromJSON, Path: "order.id"}, payload1K(false)},
-		{"rule=json/field=last", Rule{From: KeyFromJSON, Path: "order.id"}, payload1K(true)},
-		{"rule=hash", Rule{From: KeyFromHash}, payload1K(false)},
+		{"rule=attribute", Policy{IDAttribute: "key"}, payload1K(false)},
+		{"rule=json/field=first", Policy{From: KeyFromJSON, Path: "order.id"}, payload1K(false)},
+		{"rule=json/field=last", Policy{From: KeyFromJSON, Path: "order.id"}, payload1K(true)},
+		{"rule=hash", Policy{From: KeyFromHash}, payload1K(false)},
 	} {
 		attrs := map[string]string{"key": "ord-7f3c9a2e-1b44-4d0e-9c61-2f8a5b7d9e10"}
 		if key, src, _, err := c.rule.Derive(attrs, c.data, "m1"); err != nil || src == SourceMessageID || len(c.data) != 1024 {

@@ -53,7 +53,7 @@ func (d *Deduper) ClaimBatch(ctx context.Context, bs []BatchClaim) {
 		}
 		d.local[b.Key] = claimant{msgID: b.MsgID}
 		c := Claim{Key: b.Key, MsgID: b.MsgID, Now: now, LeaseUntil: now.Add(d.opt.Lease)}
-		if d.opt.Mode == Sliding {
+		if d.opt.HorizonMode == Sliding {
 			c.Extend = expires
 		}
 		expiries[i] = expires

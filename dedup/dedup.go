@@ -14,31 +14,18 @@ const (
 	DefaultLease   = 30 * time.Second
 )
 
-// Options configure a Deduper.
+// Options configure a Deduper: its policy, its clock and how long a copy
+// waits for this process's own write of its key.
 type Options struct {
-	// Horizon is how long a committed key is remembered, fixed from the time
-	// it was first claimed: a duplicate does not extend it.
-	Horizon time.Duration
-	// Lease is how long a claim keeps other copies away before it may be
-	// taken over; it must outlast a sink write.
-	Lease time.Duration
+	Policy
 	// Now is the clock.
 	Now func() time.Time
-	// Domain is the time domain of the horizon; see EventTime.
-	Domain TimeDomain
-	// AllowedLateness is how far, in event time, the watermark trails the
-	// highest event time seen: keys live that much longer, and events that
-	// much out of order are still judged.
-	AllowedLateness time.Duration
 	// LocalWait is how long, in real time, a copy of a key this process
 	// is writing right now waits for that write to end before the claim
 	// answers InFlight. Waiting turns the copy's verdict into Duplicate
 	// (or Proceed, if the write failed) at once, where an InFlight nack
 	// would cost a redelivery and a second claim. Zero answers at once.
 	LocalWait time.Duration
-	// Mode is how a key's life is counted: from its first sight (Fixed,
-	// the default) or from its latest caught copy (Sliding).
-	Mode HorizonMode
 }
 
 // HorizonMode says whether a caught duplicate extends its key's life.
@@ -74,32 +61,14 @@ func (m HorizonMode) String() string {
 
 // Validate checks the options, filling defaults.
 func (o *Options) Validate() error {
-	if o.Horizon == 0 {
-		o.Horizon = DefaultHorizon
-	}
-	if o.Horizon < MinHorizon {
-		return fmt.Errorf("horizon %v is below the minimum of %v", o.Horizon, MinHorizon)
-	}
-	if o.Lease == 0 {
-		o.Lease = DefaultLease
-	}
-	if o.Lease < 0 {
-		return fmt.Errorf("lease %v must be positive", o.Lease)
+	if err := o.Policy.Validate(); err != nil {
+		return err
 	}
 	if o.LocalWait < 0 {
 		return fmt.Errorf("local wait %v must not be negative", o.LocalWait)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
-	}
-	if o.Domain > EventTime {
-		return fmt.Errorf("unknown time domain %d", o.Domain)
-	}
-	if o.AllowedLateness < 0 {
-		return fmt.Errorf("allowed lateness %v must not be negative", o.AllowedLateness)
-	}
-	if o.Mode > Sliding {
-		return fmt.Errorf("unknown horizon mode %d", o.Mode)
 	}
 	return nil
 }
@@ -134,7 +103,7 @@ func New(store Store, opt Options) (*Deduper, error) {
 		return nil, err
 	}
 	d := &Deduper{store: store, opt: opt, local: make(map[Key]claimant)}
-	if opt.Domain == EventTime {
+	if opt.TimeDomain == EventTime {
 		d.wm = newWatermark(opt.AllowedLateness, opt.Now)
 	}
 	return d, nil
@@ -143,8 +112,11 @@ func New(store Store, opt Options) (*Deduper, error) {
 // Horizon is the horizon in force.
 func (d *Deduper) Horizon() time.Duration { return d.opt.Horizon }
 
+// Policy is the policy in force, its defaults filled.
+func (d *Deduper) Policy() Policy { return d.opt.Policy }
+
 // Mode is the horizon mode in force.
-func (d *Deduper) Mode() HorizonMode { return d.opt.Mode }
+func (d *Deduper) Mode() HorizonMode { return d.opt.HorizonMode }
 
 // Lease is how long a claim holds.
 func (d *Deduper) Lease() time.Duration { return d.opt.Lease }
@@ -196,7 +168,7 @@ func (d *Deduper) when(et time.Time) (now, expires time.Time, err error) {
 // committed, expires at expires.
 func (d *Deduper) claim(ctx context.Context, k Key, msgID string, now, expires time.Time) (Verdict, Ticket, error) {
 	c := Claim{Key: k, MsgID: msgID, Now: now, LeaseUntil: now.Add(d.opt.Lease)}
-	if d.opt.Mode == Sliding {
+	if d.opt.HorizonMode == Sliding {
 		c.Extend = expires
 	}
 	v, err := d.store.Claim(ctx, c)

@@ -87,7 +87,7 @@ func TestDeduperProtocol(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			clk := newClock()
-			d := must(dedup.New(mem.New(), dedup.Options{Horizon: 10 * time.Minute, Now: clk.now}))
+			d := must(dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{Horizon: 10 * time.Minute}, Now: clk.now}))
 			tickets := map[string]dedup.Ticket{}
 			for i, s := range c.steps {
 				switch s.op {
@@ -147,7 +147,7 @@ func TestDeduperStoreDown(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	for _, o := range []dedup.Options{{Horizon: 999 * time.Millisecond}, {Lease: -time.Second}} {
+	for _, o := range []dedup.Options{{Policy: dedup.Policy{Horizon: 999 * time.Millisecond}}, {Policy: dedup.Policy{Lease: -time.Second}}} {
 		if err := o.Validate(); err == nil {
 			t.Errorf("%+v accepted", o)
 		}
@@ -268,7 +268,7 @@ func TestDeduperLocalWaitLease(t *testing.T) {
 		t.Run(fmt.Sprintf("domain %d", domain), func(t *testing.T) {
 			// Two replicas sharing one store, as with Redis.
 			clk, shared := newSyncClock(), mem.New()
-			opts := dedup.Options{Now: clk.now, Lease: 30 * time.Second, LocalWait: time.Minute, Domain: domain}
+			opts := dedup.Options{Policy: dedup.Policy{Lease: 30 * time.Second, TimeDomain: domain}, Now: clk.now, LocalWait: time.Minute}
 			d1, d2 := must(dedup.New(shared, opts)), must(dedup.New(shared, opts))
 			_, tk, _ := d1.Claim(ctx, k, "m1", clk.now())
 			copy := make(chan dedup.Verdict, 1)
@@ -315,7 +315,7 @@ func TestHorizonModes(t *testing.T) {
 	for _, mode := range []dedup.HorizonMode{dedup.Fixed, dedup.Sliding} {
 		t.Run(mode.String(), func(t *testing.T) {
 			c := newClock()
-			d, err := dedup.New(mem.New(), dedup.Options{Now: c.now, Mode: mode})
+			d, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{HorizonMode: mode}, Now: c.now})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -150,7 +150,7 @@ func (w *watermark) get() (time.Time, bool) {
 }
 
 // Domain is the time domain in force.
-func (d *Deduper) Domain() TimeDomain { return d.opt.Domain }
+func (d *Deduper) Domain() TimeDomain { return d.opt.TimeDomain }
 
 // Watermark is the event-time watermark, and false in processing time or
 // before the first event.

@@ -84,8 +84,7 @@ func TestEventTime(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/batched=%v", c.name, batched), func(t *testing.T) {
 				rec := &recorder{Store: mem.New()}
 				clock := func() time.Time { return at(c.clock) }
-				d := must(dedup.New(rec, dedup.Options{Horizon: time.Minute, Lease: 5 * time.Second, Now: clock,
-					Domain: dedup.EventTime, AllowedLateness: 30 * time.Second}))
+				d := must(dedup.New(rec, dedup.Options{Policy: dedup.Policy{Horizon: time.Minute, Lease: 5 * time.Second, TimeDomain: dedup.EventTime, AllowedLateness: 30 * time.Second}, Now: clock}))
 				claim := func(k dedup.Key, msgID string, et time.Time) (dedup.Verdict, dedup.Ticket, error) {
 					if !batched {
 						return d.Claim(ctx, k, msgID, et)
@@ -134,8 +133,7 @@ func TestEventTime(t *testing.T) {
 // too late.
 func TestEventTimeBatchOrder(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	d := must(dedup.New(mem.New(), dedup.Options{Horizon: time.Minute, Now: func() time.Time { return t0.Add(time.Hour) },
-		Domain: dedup.EventTime, AllowedLateness: 30 * time.Second}))
+	d := must(dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{Horizon: time.Minute, TimeDomain: dedup.EventTime, AllowedLateness: 30 * time.Second}, Now: func() time.Time { return t0.Add(time.Hour) }}))
 	bs := []dedup.BatchClaim{
 		{Key: dedup.KeyOf("a"), MsgID: "m1", EventTime: t0},
 		{Key: dedup.KeyOf("b"), MsgID: "m2", EventTime: t0.Add(95 * time.Second)}, // watermark 65 s
@@ -181,7 +179,7 @@ func TestParseTimeDomainAndLate(t *testing.T) {
 	if _, err := dedup.ParseLate("drop"); err == nil {
 		t.Error("drop accepted")
 	}
-	o := dedup.Options{Domain: dedup.EventTime, AllowedLateness: -time.Second}
+	o := dedup.Options{Policy: dedup.Policy{TimeDomain: dedup.EventTime, AllowedLateness: -time.Second}}
 	if err := o.Validate(); err == nil {
 		t.Error("negative lateness accepted")
 	}
@@ -192,8 +190,7 @@ func TestParseTimeDomainAndLate(t *testing.T) {
 func TestEventTimeExtremes(t *testing.T) {
 	ctx := context.Background()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	d := must(dedup.New(mem.New(), dedup.Options{Horizon: time.Minute, Now: func() time.Time { return now },
-		Domain: dedup.EventTime, AllowedLateness: time.Second}))
+	d := must(dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{Horizon: time.Minute, TimeDomain: dedup.EventTime, AllowedLateness: time.Second}, Now: func() time.Time { return now }}))
 	ancient := time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
 	if _, _, err := d.Claim(ctx, dedup.KeyOf("a"), "m1", ancient); !errors.Is(err, dedup.ErrTooLate) {
 		t.Fatalf("year 1 as the first event: %v, want too late", err)

@@ -63,19 +63,6 @@ var (
 	ErrKeyReserved = errors.New("dedup key starts with " + MessageIDPrefix + ", which keys taken from message IDs use")
 )
 
-// Rule chooses a message's dedup key.
-type Rule struct {
-	// IDAttribute names the publisher-set key; empty means the message ID.
-	// Used only when From is KeyFromAttribute.
-	IDAttribute string
-	Missing     Missing
-	// From says where the key is: an attribute (the default), a field of a
-	// JSON payload (at Path), or a hash of the payload. See Derive.
-	From KeyFrom
-	// Path is the gjson path of the key field, for KeyFromJSON.
-	Path string
-}
-
 // Source says where a derived key came from.
 type Source uint8
 
@@ -106,7 +93,7 @@ const (
 // make two different payloads collide could silence another producer's
 // events. An empty payload has no key (every attribute-only message would
 // otherwise be one duplicate of the other).
-func (r Rule) Derive(attrs map[string]string, data []byte, msgID string) (key string, src Source, missing bool, err error) {
+func (r *Policy) Derive(attrs map[string]string, data []byte, msgID string) (key string, src Source, missing bool, err error) {
 	switch r.From {
 	case KeyFromJSON:
 		v, reason := jsonKey(data, r.Path)
@@ -139,7 +126,7 @@ func (r Rule) Derive(attrs map[string]string, data []byte, msgID string) (key st
 
 // missingKey applies the missing-id policy to a message without a key;
 // reason is what the dead letter says under Reject.
-func (r Rule) missingKey(msgID string, reason error) (string, Source, bool, error) {
+func (r *Policy) missingKey(msgID string, reason error) (string, Source, bool, error) {
 	switch r.Missing {
 	case Reject:
 		return "", SourceNone, true, reason

@@ -13,23 +13,23 @@ func TestRuleDerive(t *testing.T) {
 	long := strings.Repeat("k", MaxKeyLen+1)
 	cases := []struct {
 		name    string
-		rule    Rule
+		rule    Policy
 		attrs   map[string]string
 		key     string
 		src     Source
 		missing bool
 		err     error
 	}{
-		{"no attribute configured: message ID", Rule{}, map[string]string{"key": "a"}, MessageIDKey("m1"), SourceMessageID, false, nil},
-		{"attribute present", Rule{IDAttribute: "key"}, map[string]string{"key": "456"}, "456", SourceAttribute, false, nil},
-		{"missing, fallback", Rule{IDAttribute: "key"}, nil, MessageIDKey("m1"), SourceMessageID, true, nil},
-		{"empty counts as missing", Rule{IDAttribute: "key"}, map[string]string{"key": ""}, MessageIDKey("m1"), SourceMessageID, true, nil},
-		{"missing, reject", Rule{IDAttribute: "key", Missing: Reject}, nil, "", SourceNone, true, ErrKeyMissing},
-		{"missing, pass", Rule{IDAttribute: "key", Missing: Pass}, nil, "", SourceNone, true, nil},
-		{"too long", Rule{IDAttribute: "key"}, map[string]string{"key": long}, "", SourceNone, false, ErrKeyTooLong},
-		{"longest allowed", Rule{IDAttribute: "key"}, map[string]string{"key": long[1:]}, long[1:], SourceAttribute, false, nil},
-		{"not UTF-8", Rule{IDAttribute: "key"}, map[string]string{"key": "\xff\xfe"}, "", SourceNone, false, ErrKeyInvalid},
-		{"a publisher's key in the message-ID namespace", Rule{IDAttribute: "key"}, map[string]string{"key": "message-id:m1"}, "", SourceNone, false, ErrKeyReserved},
+		{"no attribute configured: message ID", Policy{}, map[string]string{"key": "a"}, MessageIDKey("m1"), SourceMessageID, false, nil},
+		{"attribute present", Policy{IDAttribute: "key"}, map[string]string{"key": "456"}, "456", SourceAttribute, false, nil},
+		{"missing, fallback", Policy{IDAttribute: "key"}, nil, MessageIDKey("m1"), SourceMessageID, true, nil},
+		{"empty counts as missing", Policy{IDAttribute: "key"}, map[string]string{"key": ""}, MessageIDKey("m1"), SourceMessageID, true, nil},
+		{"missing, reject", Policy{IDAttribute: "key", Missing: Reject}, nil, "", SourceNone, true, ErrKeyMissing},
+		{"missing, pass", Policy{IDAttribute: "key", Missing: Pass}, nil, "", SourceNone, true, nil},
+		{"too long", Policy{IDAttribute: "key"}, map[string]string{"key": long}, "", SourceNone, false, ErrKeyTooLong},
+		{"longest allowed", Policy{IDAttribute: "key"}, map[string]string{"key": long[1:]}, long[1:], SourceAttribute, false, nil},
+		{"not UTF-8", Policy{IDAttribute: "key"}, map[string]string{"key": "\xff\xfe"}, "", SourceNone, false, ErrKeyInvalid},
+		{"a publisher's key in the message-ID namespace", Policy{IDAttribute: "key"}, map[string]string{"key": "message-id:m1"}, "", SourceNone, false, ErrKeyReserved},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -45,7 +45,7 @@ func TestRuleDerive(t *testing.T) {
 // message without a key, deduped on its message ID, never gets the key of
 // a publisher's event, even when the event's key is that very ID.
 func TestKeylessNeverMeetsKeyed(t *testing.T) {
-	for _, r := range []Rule{
+	for _, r := range []Policy{
 		{IDAttribute: "event_id"},
 		{From: KeyFromJSON, Path: "order_id"},
 		{From: KeyFromHash},
@@ -85,7 +85,7 @@ func FuzzKeyOf(f *testing.F) {
 	f.Add("", "key", "m2")
 	f.Add("\xff", "k", "")
 	f.Fuzz(func(t *testing.T, value, attr, msgID string) {
-		r := Rule{IDAttribute: attr}
+		r := Policy{IDAttribute: attr}
 		key, src, _, err := r.Derive(map[string]string{attr: value}, nil, msgID)
 		if err != nil {
 			if len(value) <= MaxKeyLen && (value == "" || utf8Valid(value)) && attr != "" && !strings.HasPrefix(value, MessageIDPrefix) {
@@ -115,10 +115,10 @@ func TestDeriveBody(t *testing.T) {
 	}
 	order := []byte(`{"order":{"id":"A-17","n":12345678901234567890,"f":1.50,"ok":true,"none":null,"obj":{"a":1},"arr":[1],"empty":""},"items":[{"sku":"x"}]}`)
 	long := []byte(`{"id":"` + strings.Repeat("k", MaxKeyLen+1) + `"}`)
-	jsonRule := func(path string) Rule { return Rule{From: KeyFromJSON, Path: path} }
+	jsonRule := func(path string) Policy { return Policy{From: KeyFromJSON, Path: path} }
 	cases := []struct {
 		name    string
-		rule    Rule
+		rule    Policy
 		data    []byte
 		key     string
 		src     Source
@@ -141,19 +141,19 @@ func TestDeriveBody(t *testing.T) {
 		{"truncated JSON falls back", jsonRule("id"), []byte(`{"id": 1`), MessageIDKey("m1"), SourceMessageID, true, nil, ""},
 		{"empty payload falls back", jsonRule("id"), nil, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
 		{"binary payload falls back", jsonRule("id"), []byte{0xff, 0x00, 0x7b}, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
-		{"absent, reject", Rule{From: KeyFromJSON, Path: "order.nope", Missing: Reject}, order, "", SourceNone, true, ErrKeyMissing, `JSON path "order.nope" not found`},
-		{"null, reject", Rule{From: KeyFromJSON, Path: "order.none", Missing: Reject}, order, "", SourceNone, true, ErrKeyMissing, "is null"},
-		{"object, reject", Rule{From: KeyFromJSON, Path: "order.obj", Missing: Reject}, order, "", SourceNone, true, ErrKeyMissing, "is an object"},
-		{"not JSON, reject", Rule{From: KeyFromJSON, Path: "id", Missing: Reject}, []byte("plain"), "", SourceNone, true, ErrKeyMissing, "not JSON"},
-		{"absent, pass", Rule{From: KeyFromJSON, Path: "x", Missing: Pass}, order, "", SourceNone, true, nil, ""},
+		{"absent, reject", Policy{From: KeyFromJSON, Path: "order.nope", Missing: Reject}, order, "", SourceNone, true, ErrKeyMissing, `JSON path "order.nope" not found`},
+		{"null, reject", Policy{From: KeyFromJSON, Path: "order.none", Missing: Reject}, order, "", SourceNone, true, ErrKeyMissing, "is null"},
+		{"object, reject", Policy{From: KeyFromJSON, Path: "order.obj", Missing: Reject}, order, "", SourceNone, true, ErrKeyMissing, "is an object"},
+		{"not JSON, reject", Policy{From: KeyFromJSON, Path: "id", Missing: Reject}, []byte("plain"), "", SourceNone, true, ErrKeyMissing, "not JSON"},
+		{"absent, pass", Policy{From: KeyFromJSON, Path: "x", Missing: Pass}, order, "", SourceNone, true, nil, ""},
 		{"json key too long", jsonRule("id"), long, "", SourceNone, false, ErrKeyTooLong, ""},
 		{"json key not UTF-8", jsonRule("id"), []byte("{\"id\":\"\xff\"}"), "", SourceNone, false, ErrKeyInvalid, ""},
-		{"hash", Rule{From: KeyFromHash}, []byte("hello"), sha("hello"), SourceHash, false, nil, ""},
-		{"hash of binary", Rule{From: KeyFromHash}, []byte{0, 1, 2}, sha("\x00\x01\x02"), SourceHash, false, nil, ""},
-		{"hash ignores attributes", Rule{From: KeyFromHash, IDAttribute: "key"}, []byte("hello"), sha("hello"), SourceHash, false, nil, ""},
-		{"hash of nothing falls back", Rule{From: KeyFromHash}, nil, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
-		{"hash of nothing, reject", Rule{From: KeyFromHash, Missing: Reject}, []byte{}, "", SourceNone, true, ErrKeyMissing, "payload is empty"},
-		{"attribute rule ignores the body", Rule{IDAttribute: "key"}, order, "456", SourceAttribute, false, nil, ""},
+		{"hash", Policy{From: KeyFromHash}, []byte("hello"), sha("hello"), SourceHash, false, nil, ""},
+		{"hash of binary", Policy{From: KeyFromHash}, []byte{0, 1, 2}, sha("\x00\x01\x02"), SourceHash, false, nil, ""},
+		{"hash ignores attributes", Policy{From: KeyFromHash, IDAttribute: "key"}, []byte("hello"), sha("hello"), SourceHash, false, nil, ""},
+		{"hash of nothing falls back", Policy{From: KeyFromHash}, nil, MessageIDKey("m1"), SourceMessageID, true, nil, ""},
+		{"hash of nothing, reject", Policy{From: KeyFromHash, Missing: Reject}, []byte{}, "", SourceNone, true, ErrKeyMissing, "payload is empty"},
+		{"attribute rule ignores the body", Policy{IDAttribute: "key"}, order, "456", SourceAttribute, false, nil, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -171,7 +171,7 @@ func TestDeriveBody(t *testing.T) {
 // Derive keeps working for callers without the payload: a body rule then
 // has no key, and follows the missing-id policy.
 func TestDeriveOnBodyRuleWithoutPayload(t *testing.T) {
-	r := Rule{From: KeyFromJSON, Path: "id"}
+	r := Policy{From: KeyFromJSON, Path: "id"}
 	if key, src, missing, err := r.Derive(map[string]string{"id": "x"}, nil, "m1"); key != MessageIDKey("m1") || src != SourceMessageID || !missing || err != nil {
 		t.Fatalf("Derive on a JSON rule = %q, %v, %v, %v; want the message-ID fallback, counted missing", key, src, missing, err)
 	}
@@ -228,7 +228,7 @@ func FuzzJSONKey(f *testing.F) {
 	f.Add([]byte(`{"a":1}`), "a|@reverse")
 	f.Fuzz(func(t *testing.T, data []byte, path string) {
 		for _, m := range []Missing{Fallback, Reject, Pass} {
-			r := Rule{From: KeyFromJSON, Path: path, Missing: m}
+			r := Policy{From: KeyFromJSON, Path: path, Missing: m}
 			key, src, missing, err := r.Derive(nil, data, "m1")
 			switch {
 			case err != nil:

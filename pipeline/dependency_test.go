@@ -21,14 +21,14 @@ import (
 // while the store stays 1; without a dead-letter topic there is no
 // dead_letter series.
 func TestDependencyUpGauge(t *testing.T) {
-	dd, err := dedup.New(mem.New(), dedup.Options{})
+	dd, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var failing atomic.Bool
 	failing.Store(true)
 	reg := prometheus.NewRegistry()
-	p, err := pipeline.New(pipeline.Config{Rule: dedup.Rule{IDAttribute: "key"}}, pipeline.Deps{
+	p, err := pipeline.New(pipeline.Config{}, pipeline.Deps{
 		Deduper: dd, Logger: testLogger(t), Registerer: reg,
 		Sink: sinkFunc(func(context.Context, *sink.Message) error {
 			if failing.Load() {

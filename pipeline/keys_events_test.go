@@ -30,7 +30,7 @@ import (
 // ID and is counted as missing its key.
 func TestKeyFromJSONBody(t *testing.T) {
 	_, conn := newPstest(t)
-	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Rule: dedup.Rule{From: dedup.KeyFromJSON, Path: "order.id"}}})
+	r := newRig(t, conn, rigOpts{dedup: dedup.Options{Policy: dedup.Policy{From: dedup.KeyFromJSON, Path: "order.id"}}})
 	r.start()
 	r.publish(`{"order":{"id":"A-17","total":3}}`, nil)
 	r.waitCounts("first", func(c pipeline.Counts) bool { return c.Emitted == 1 })
@@ -50,7 +50,7 @@ func TestKeyFromJSONBody(t *testing.T) {
 // and the output carries the hex SHA-256 as its key.
 func TestKeyFromHash(t *testing.T) {
 	_, conn := newPstest(t)
-	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Rule: dedup.Rule{From: dedup.KeyFromHash}}})
+	r := newRig(t, conn, rigOpts{dedup: dedup.Options{Policy: dedup.Policy{From: dedup.KeyFromHash}}})
 	r.start()
 	r.publish("same body", map[string]string{"try": "1"})
 	r.waitCounts("first", func(c pipeline.Counts) bool { return c.Emitted == 1 })
@@ -80,9 +80,7 @@ func TestEventTimeDomain(t *testing.T) {
 		t.Run(late.String(), func(t *testing.T) {
 			_, conn := newPstest(t)
 			clock := func() time.Time { return t0.Add(time.Hour) } // processing time is far ahead: replaying a backlog
-			r := newRig(t, conn, rigOpts{deadLetter: true,
-				cfg:   pipeline.Config{Rule: dedup.Rule{IDAttribute: "key"}, TimestampAttribute: "ts", Late: late},
-				dedup: dedup.Options{Horizon: time.Minute, Now: clock, Domain: dedup.EventTime, AllowedLateness: 30 * time.Second}})
+			r := newRig(t, conn, rigOpts{deadLetter: true, dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key", TimestampAttribute: "ts", Late: late, Horizon: time.Minute, TimeDomain: dedup.EventTime, AllowedLateness: 30 * time.Second}, Now: clock}})
 			r.start()
 			// Key k1 (1000+s) at event second s; k2 and k3 only move the watermark.
 			steps := []struct {
@@ -135,11 +133,7 @@ func TestAuditMarksLateCopy(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	_, conn := newPstest(t)
-	r := newRig(t, conn, rigOpts{
-		cfg: pipeline.Config{Rule: dedup.Rule{IDAttribute: "key"},
-			Audit: audit.Options{Horizon: 24 * time.Hour, Capacity: 1000}},
-		dedup: dedup.Options{Horizon: time.Minute, Now: clock},
-	})
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Audit: audit.Options{Horizon: 24 * time.Hour, Capacity: 1000}}, dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute}, Now: clock}})
 	r.start()
 	r.publish("first", map[string]string{"key": "k"})
 	r.waitCounts("first", func(c pipeline.Counts) bool { return c.Emitted == 1 })
@@ -184,11 +178,11 @@ func TestAuditSnapshotAcrossRestartAndMetrics(t *testing.T) {
 	path := t.TempDir() + "/state.db.audit"
 	var outs []*sink.Message
 	newPipeline := func(reg prometheus.Registerer) *pipeline.Pipeline {
-		dd, err := dedup.New(mem.New(), dedup.Options{Horizon: time.Minute, Now: clock})
+		dd, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute}, Now: clock})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := pipeline.New(pipeline.Config{Rule: dedup.Rule{IDAttribute: "key"},
+		p, err := pipeline.New(pipeline.Config{
 			Audit:         audit.Options{Horizon: 7 * 24 * time.Hour, Capacity: 10_000},
 			AuditSnapshot: path},
 			pipeline.Deps{Deduper: dd, Logger: testLogger(t), Now: clock, Registerer: reg,
@@ -274,17 +268,17 @@ func metricValue(t *testing.T, reg *prometheus.Registry, sel string) float64 {
 func TestKeylessAndKeyedNeverCollide(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		rule  dedup.Rule
+		rule  dedup.Policy
 		keyed func(id string) (string, map[string]string)
 	}{
-		{"attribute", dedup.Rule{IDAttribute: "event_id"},
+		{"attribute", dedup.Policy{IDAttribute: "event_id"},
 			func(id string) (string, map[string]string) { return "event", map[string]string{"event_id": id} }},
-		{"json", dedup.Rule{From: dedup.KeyFromJSON, Path: "order_id"},
+		{"json", dedup.Policy{From: dedup.KeyFromJSON, Path: "order_id"},
 			func(id string) (string, map[string]string) { return `{"order_id":` + id + `}`, nil }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			addr := brokerHost(t)
-			r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{Rule: c.rule, OutputIDAttribute: "key"}})
+			r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{OutputIDAttribute: "key"}, dedup: dedup.Options{Policy: c.rule}})
 			r.start()
 			id := r.publish("keyless", nil)
 			data, attrs := c.keyed(id)
@@ -317,13 +311,13 @@ func (s *refusingSink) Write(context.Context, *sink.Message) error {
 // key released, so nothing is lost.
 func TestFatalSinkErrorStopsRun(t *testing.T) {
 	srv, conn := newPstest(t)
-	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Rule: dedup.Rule{IDAttribute: "event_id"}}})
+	r := newRig(t, conn, rigOpts{dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "event_id"}}})
 	s := &refusingSink{}
-	dd, err := dedup.New(mem.New(), dedup.Options{})
+	dd, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{IDAttribute: "event_id"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := pipeline.New(pipeline.Config{Rule: dedup.Rule{IDAttribute: "event_id"}}, pipeline.Deps{Deduper: dd, Sink: s})
+	p, err := pipeline.New(pipeline.Config{}, pipeline.Deps{Deduper: dd, Sink: s})
 	if err != nil {
 		t.Fatal(err)
 	}

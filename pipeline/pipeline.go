@@ -50,16 +50,9 @@ const (
 	DefaultAuditSnapshotEvery = time.Minute
 )
 
-// Config configures a Pipeline.
+// Config configures a Pipeline. The dedup policy (the key, the event time,
+// the horizon, the late policy) is its Deduper's (dedup.Options.Policy).
 type Config struct {
-	Rule dedup.Rule
-	// TimestampAttribute holds the event time (ms since the epoch or RFC
-	// 3339); empty means the publish time.
-	TimestampAttribute string
-	// ProducerAttribute labels missing-id counts, so the one producer in a
-	// fleet that forgets the key can be found, and every outcome
-	// (dedupflow_producer_messages_total), so its share of copies shows.
-	ProducerAttribute string
 	// OutputIDAttribute carries the key on outputs.
 	OutputIDAttribute string
 	// WriteTimeout bounds one sink write; it must be shorter than the lease.
@@ -67,9 +60,6 @@ type Config struct {
 	// Shadow makes and counts every decision but emits every message, to
 	// measure duplicate rates before turning dedup on.
 	Shadow bool
-	// Late is what happens, in event time, to a message too late to judge
-	// (see dedup.EventTime).
-	Late dedup.Late
 	// Audit, when Audit.Horizon is set, remembers emitted keys for that
 	// long (longer than the dedup horizon) to mark late duplicates.
 	Audit audit.Options
@@ -98,6 +88,7 @@ type Deps struct {
 // Pipeline dedups one stream.
 type Pipeline struct {
 	cfg  Config
+	pol  dedup.Policy // the Deduper's
 	gate *gate.Gate
 	sink sink.Sink
 	dl   sink.Sink
@@ -116,7 +107,7 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 		return nil, errors.New("pipeline needs a deduper and a sink")
 	}
 	if cfg.OutputIDAttribute == "" {
-		cfg.OutputIDAttribute = cfg.Rule.IDAttribute
+		cfg.OutputIDAttribute = d.Deduper.Policy().IDAttribute
 		if cfg.OutputIDAttribute == "" {
 			cfg.OutputIDAttribute = DefaultIDAttribute
 		}
@@ -130,15 +121,14 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Pipeline{cfg: cfg, sink: d.Sink, dl: d.DeadLetter, log: d.Logger, reg: d.Registerer}
+	p := &Pipeline{cfg: cfg, pol: d.Deduper.Policy(), sink: d.Sink, dl: d.DeadLetter, log: d.Logger, reg: d.Registerer}
 	if cfg.Audit.Horizon > 0 {
 		if err := p.openAudit(d); err != nil {
 			return nil, err
 		}
 	}
 	gc := gate.Config{
-		Rule: cfg.Rule, TimestampAttribute: cfg.TimestampAttribute, ProducerAttribute: cfg.ProducerAttribute,
-		Late: cfg.Late, Shadow: cfg.Shadow, Audit: p.audit, Deduper: d.Deduper,
+		Shadow: cfg.Shadow, Audit: p.audit, Deduper: d.Deduper,
 		// The write outlives a shutdown signal: finishing it (and acking)
 		// is better than leaving a key pending until its lease runs out.
 		Work:          gate.Work{Name: "sink", Do: p.write, DoBatch: p.writeBatch, Dependency: true, Outlive: true},

@@ -26,14 +26,14 @@ func TestEventAndAuditFlags(t *testing.T) {
 			"--audit-horizon", "7d", "--audit-fp", "0.01", "--audit-capacity", "1000", "--state", "file:/var/lib/d/state.db"},
 			ok: func(t *testing.T, c jobConfig) {
 				cfg, opt := c.pipeline, c.dedup
-				if cfg.Rule.From != dedup.KeyFromJSON || cfg.Rule.Path != "order.id" || opt.Domain != dedup.EventTime ||
+				if opt.From != dedup.KeyFromJSON || opt.Path != "order.id" || opt.TimeDomain != dedup.EventTime ||
 					opt.AllowedLateness != 2*time.Minute || cfg.Audit.Horizon != 7*24*time.Hour || cfg.Audit.FalsePositive != 0.01 ||
 					cfg.Audit.Capacity != 1000 || cfg.AuditSnapshot != "/var/lib/d/state.db.audit" {
 					t.Fatalf("config %+v, options %+v", cfg, opt)
 				}
 			}},
 		{args: []string{"--key-from", "hash", "--missing-id", "pass"}, ok: func(t *testing.T, c jobConfig) {
-			if cfg := c.pipeline; cfg.Rule.From != dedup.KeyFromHash || cfg.Audit.Horizon != 0 {
+			if cfg := c.pipeline; c.dedup.From != dedup.KeyFromHash || cfg.Audit.Horizon != 0 {
 				t.Fatalf("%+v", cfg)
 			}
 		}},

@@ -174,12 +174,12 @@ func (j *jobFlags) config() (jobConfig, error) {
 	c.receive = j.receive
 	// A copy of a key this process is writing waits for that write (it
 	// ends within a lease) rather than being nacked and redelivered.
-	c.dedup = dedup.Options{Horizon: j.time.horizon, AllowedLateness: j.time.lateness, LocalWait: dedup.DefaultLease}
+	c.dedup.Horizon, c.dedup.AllowedLateness, c.dedup.LocalWait = j.time.horizon, j.time.lateness, dedup.DefaultLease
 	if j.time.horizon < dedup.MinHorizon {
 		return c, fmt.Errorf("--horizon %v is below the minimum of %v", j.time.horizon, dedup.MinHorizon)
 	}
 	var err error
-	if c.dedup.Mode, err = dedup.ParseHorizonMode(j.time.mode); err != nil {
+	if c.dedup.HorizonMode, err = dedup.ParseHorizonMode(j.time.mode); err != nil {
 		return c, fmt.Errorf("--horizon-mode: %w", err)
 	}
 	if c.state, err = parseState(j.state, j.time.horizon); err != nil {
@@ -188,7 +188,7 @@ func (j *jobFlags) config() (jobConfig, error) {
 	if err := j.eventConfig(&c); err != nil {
 		return c, err
 	}
-	c.pipeline.TimestampAttribute = j.time.tsAttr
+	c.dedup.TimestampAttribute = j.time.tsAttr
 	c.pipeline.Shadow = j.shadow
 	return c, nil
 }
@@ -282,8 +282,8 @@ func (j *jobFlags) keyConfig(c *jobConfig) error {
 	case missing == dedup.Reject && j.names.deadLetter == "":
 		return errors.New("--missing-id reject needs --dead-letter-topic to send rejected messages to")
 	}
-	c.pipeline.Rule = dedup.Rule{IDAttribute: k.idAttr, Missing: missing, From: from, Path: path}
-	c.pipeline.ProducerAttribute, c.pipeline.OutputIDAttribute = k.producerAttr, k.outIDAttr
+	c.dedup.IDAttribute, c.dedup.Missing, c.dedup.From, c.dedup.Path = k.idAttr, missing, from, path
+	c.dedup.ProducerAttribute, c.pipeline.OutputIDAttribute = k.producerAttr, k.outIDAttr
 	return nil
 }
 
@@ -291,16 +291,16 @@ func (j *jobFlags) keyConfig(c *jobConfig) error {
 func (j *jobFlags) eventConfig(c *jobConfig) error {
 	t, a := j.time, j.audit
 	var err error
-	if c.dedup.Domain, err = dedup.ParseTimeDomain(t.domain); err != nil {
+	if c.dedup.TimeDomain, err = dedup.ParseTimeDomain(t.domain); err != nil {
 		return fmt.Errorf("--time-domain: %w", err)
 	}
 	if t.lateness < 0 {
 		return fmt.Errorf("--allowed-lateness %v must not be negative", t.lateness)
 	}
-	if c.pipeline.Late, err = dedup.ParseLate(t.late); err != nil {
+	if c.dedup.Late, err = dedup.ParseLate(t.late); err != nil {
 		return fmt.Errorf("--late: %w", err)
 	}
-	if c.pipeline.Late == dedup.LateDeadLetter && (c.dedup.Domain != dedup.EventTime || j.names.deadLetter == "") {
+	if c.dedup.Late == dedup.LateDeadLetter && (c.dedup.TimeDomain != dedup.EventTime || j.names.deadLetter == "") {
 		return errors.New("--late dead-letter needs --time-domain event and --dead-letter-topic")
 	}
 	if a.horizon == 0 {

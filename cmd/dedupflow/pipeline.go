@@ -145,7 +145,7 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 // --receiver names.
 func pullInput(ctx context.Context, c *pubsub.Client, p *pipeline.Pipeline, sub *pubsub.Subscriber, cfg *jobConfig, log *slog.Logger, started func(*pipeline.Pipeline)) error {
 	log.Info("pipeline running", "input", sub.String(), "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
-		"id_attribute", cfg.pipeline.Rule.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.Mode.String(),
+		"id_attribute", cfg.dedup.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.HorizonMode.String(),
 		"state", redact.URL(cfg.state.spec), "shadow", cfg.pipeline.Shadow)
 	if started != nil {
 		started(p)
@@ -179,7 +179,7 @@ func servePush(ctx context.Context, p *pipeline.Pipeline, cfg *jobConfig, log *s
 	}
 	log.Info("pipeline running", "push_endpoint", endpoint,
 		"configure", "set the push subscription's endpoint to push_endpoint (on Cloud Run: the service's https URL with this path)", "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
-		"id_attribute", cfg.pipeline.Rule.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.Mode.String(),
+		"id_attribute", cfg.dedup.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.HorizonMode.String(),
 		"state", redact.URL(cfg.state.spec))
 	if started != nil {
 		started(p)

@@ -49,7 +49,7 @@ func openState(ctx context.Context, s stateSpec, o dedup.Options, log *slog.Logg
 		_, err := os.Stat(s.path)
 		created = errors.Is(err, fs.ErrNotExist)
 	}
-	st, c, err := store.Open(ctx, s.spec, store.Options{Logger: log, Horizon: o.Horizon, EventTime: o.Domain == dedup.EventTime})
+	st, c, err := store.Open(ctx, s.spec, store.Options{Logger: log, Horizon: o.Horizon, EventTime: o.TimeDomain == dedup.EventTime})
 	if err != nil {
 		if created {
 			_ = os.RemoveAll(s.path) // what Open made before it failed

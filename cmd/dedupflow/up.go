@@ -174,8 +174,8 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 		PipelineSubscription: n.pipelineSub,
 		OutputTopic:          n.out,
 		OutputSubscription:   n.consoleSub,
-		IDAttribute:          u.job.pipeline.Rule.IDAttribute,
-		EventTimeAttribute:   u.job.pipeline.TimestampAttribute,
+		IDAttribute:          u.job.dedup.IDAttribute,
+		EventTimeAttribute:   u.job.dedup.TimestampAttribute,
 		Horizon:              u.job.dedup.Horizon,
 		Counts: func() pipeline.Counts {
 			pmu.Lock()
@@ -210,7 +210,7 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 			pmu.Lock()
 			p = pp
 			pmu.Unlock()
-			banner.Do(func() { printBanner(stdout, consoleURL, brokerAddr, u.job.project, u.job.pipeline.Rule.IDAttribute) })
+			banner.Do(func() { printBanner(stdout, consoleURL, brokerAddr, u.job.project, u.job.dedup.IDAttribute) })
 		})
 		if e == nil && gctx.Err() == nil {
 			e = errors.New("pipeline stopped unexpectedly")

@@ -62,7 +62,7 @@ func newRig(t *testing.T, s dedup.Store, missing dedup.Missing) *rig {
 // newRigIn is newRig in the time domain domain.
 func newRigIn(t *testing.T, s dedup.Store, missing dedup.Missing, domain dedup.TimeDomain) *rig {
 	t.Helper()
-	dd, err := dedup.New(s, dedup.Options{LocalWait: time.Second, Domain: domain})
+	dd, err := dedup.New(s, dedup.Options{Policy: dedup.Policy{IDAttribute: "key", Missing: missing, TimeDomain: domain}, LocalWait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,6 @@ func newRigIn(t *testing.T, s dedup.Store, missing dedup.Missing, domain dedup.T
 		return nil
 	}
 	r.g, err = New(Config{
-		Rule:    dedup.Rule{IDAttribute: "key", Missing: missing},
 		Deduper: dd,
 		Work: Work{Name: "sink", Do: do, Dependency: true, DoBatch: func(ctx context.Context, its []*Item, errs []error) {
 			r.mu.Lock()

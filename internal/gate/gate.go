@@ -73,17 +73,9 @@ type Work struct {
 	Outlive bool
 }
 
-// Config configures a Gate.
+// Config configures a Gate. The dedup policy (the key, the event time,
+// the late policy) is the Deduper's.
 type Config struct {
-	Rule dedup.Rule
-	// TimestampAttribute holds the event time (ms since the epoch or RFC
-	// 3339); empty means the publish time.
-	TimestampAttribute string
-	// ProducerAttribute labels missing-id counts and, per outcome,
-	// dedupflow_producer_messages_total.
-	ProducerAttribute string
-	// Late is what happens, in event time, to a message too late to judge.
-	Late dedup.Late
 	// Shadow makes and counts every decision but does the work for every
 	// message, to measure duplicate rates before turning dedup on.
 	Shadow bool
@@ -116,6 +108,7 @@ type Config struct {
 type Gate struct {
 	cfg  Config
 	dd   *dedup.Deduper
+	pol  dedup.Policy // the Deduper's
 	log  *slog.Logger
 	now  func() time.Time
 	m    *metrics
@@ -148,7 +141,7 @@ func New(cfg Config) (*Gate, error) {
 	if cfg.RejectName == "" {
 		cfg.RejectName = "dead-letter destination"
 	}
-	g := &Gate{cfg: cfg, dd: cfg.Deduper, log: cfg.Logger, now: cfg.Now, by: newDeadlines(cfg.SettleTimeout),
+	g := &Gate{cfg: cfg, dd: cfg.Deduper, pol: cfg.Deduper.Policy(), log: cfg.Logger, now: cfg.Now, by: newDeadlines(cfg.SettleTimeout),
 		done: make(chan struct{})}
 	var auditHorizon time.Duration
 	if cfg.Audit != nil {
@@ -232,7 +225,7 @@ func (g *Gate) Pass(ctx context.Context, in *pubsub.Message) (o outcome.Outcome)
 		if !settled { // unwinding from a panic in the work or a callback
 			o = outcome.Retried
 		}
-		if a := g.cfg.ProducerAttribute; a != "" {
+		if a := g.pol.ProducerAttribute; a != "" {
 			g.m.CountFrom(o, in.Attributes[a])
 		} else {
 			g.m.Count(o)
@@ -266,16 +259,16 @@ func (g *Gate) pass(ctx context.Context, in *pubsub.Message) outcome.Outcome {
 // work on without dedup comes back with Source SourceNone.
 func (g *Gate) keyed(ctx context.Context, in *pubsub.Message) (*Item, outcome.Outcome) {
 	it := &Item{In: in, EventTime: in.PublishTime}
-	if a := g.cfg.TimestampAttribute; a != "" {
+	if a := g.pol.TimestampAttribute; a != "" {
 		t, err := dedup.ParseTimestamp(in.Attributes[a])
 		if err != nil {
 			return nil, g.reject(ctx, in, fmt.Errorf("attribute %q: %w", a, err))
 		}
 		it.EventTime = t
 	}
-	key, src, missing, err := g.cfg.Rule.Derive(in.Attributes, in.Data, in.ID)
+	key, src, missing, err := g.pol.Derive(in.Attributes, in.Data, in.ID)
 	if missing {
-		g.m.Missing(in.Attributes[g.cfg.ProducerAttribute])
+		g.m.Missing(in.Attributes[g.pol.ProducerAttribute])
 	}
 	if err != nil {
 		return nil, g.reject(ctx, in, err)
@@ -371,7 +364,7 @@ func (g *Gate) storeFailed(ctx context.Context, start time.Time, err error) outc
 // longer than the horizon.
 func (g *Gate) tooLate(ctx context.Context, it *Item, reason error) outcome.Outcome {
 	var o outcome.Outcome
-	if g.cfg.Late == dedup.LateDeadLetter {
+	if g.pol.Late == dedup.LateDeadLetter {
 		o = g.reject(ctx, it.In, reason)
 	} else {
 		it.LateDuplicate = g.suspect(it)
