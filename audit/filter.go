@@ -113,7 +113,7 @@ func (o *Options) Validate() error {
 func (o *Options) params() (m, k uint) {
 	perGen := (o.Capacity + uint(o.Generations) - 1) / uint(o.Generations)
 	m, k = bloom.EstimateParameters(perGen, o.FalsePositive/float64(o.Generations+1))
-	m = (m + 63) &^ 63 // whole words: snapshots store words
+	m = (m + 63) &^ 63 // whole words: a saved filter stores words
 	return m, k
 }
 
@@ -290,8 +290,8 @@ func (f *Filter) Stats() Stats {
 	return s
 }
 
-// ErrMismatch is returned when a snapshot was made with other options.
-var ErrMismatch = errors.New("audit snapshot made with other options")
+// ErrMismatch is returned when a filter was saved with other options.
+var ErrMismatch = errors.New("audit filter saved with other options")
 
 func human(b int64) string {
 	switch {

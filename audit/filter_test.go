@@ -234,11 +234,11 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 // The snapshotter saves periodically and on Stop, and a new one loads it.
-func TestSnapshotter(t *testing.T) {
+func TestSaver(t *testing.T) {
 	opt := audit.Options{Horizon: time.Hour, Capacity: 1000}
 	path := filepath.Join(t.TempDir(), "audit")
 	f := newFilter(t, opt)
-	s := audit.StartSnapshots(t.Context(), f, audit.File(path), 10*time.Millisecond, nil)
+	s := audit.StartSaving(t.Context(), f, audit.File(path), 10*time.Millisecond, nil)
 	f.Add(dedup.KeyOf("early"), t0)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if _, err := os.Stat(path); err == nil {
@@ -252,7 +252,7 @@ func TestSnapshotter(t *testing.T) {
 	s.Stop()
 	s.Stop() // idempotent
 	g := newFilter(t, opt)
-	s2 := audit.StartSnapshots(t.Context(), g, audit.File(path), time.Hour, nil)
+	s2 := audit.StartSaving(t.Context(), g, audit.File(path), time.Hour, nil)
 	defer s2.Stop()
 	if !g.Contains(dedup.KeyOf("early"), t0) || !g.Contains(dedup.KeyOf("late"), t0) {
 		t.Fatal("keys added before Stop are not in the snapshot")

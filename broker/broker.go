@@ -142,7 +142,7 @@ func New(opts Options) (*Broker, error) {
 	b.pushCtx, b.pushStop = context.WithCancel(context.Background())
 	if opts.DataDir != "" {
 		b.mu.Lock()
-		err := b.openStore()
+		err := b.openLog()
 		b.mu.Unlock()
 		if err != nil {
 			b.pushStop()

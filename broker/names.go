@@ -8,6 +8,7 @@ import (
 	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Limits the broker applies beyond package limits' message and name limits.
@@ -88,7 +89,7 @@ func checkSubscriptionConfig(s *pb.Subscription) error {
 		return status.Errorf(codes.InvalidArgument, "ack_deadline_seconds is %d, it must be between %d and %d", s.AckDeadlineSeconds, minAckDeadline, maxAckDeadline)
 	}
 	if s.MessageRetentionDuration == nil {
-		s.MessageRetentionDuration = durationpbOf(defaultRetention)
+		s.MessageRetentionDuration = durationpb.New(defaultRetention)
 	}
 	if d := s.MessageRetentionDuration.AsDuration(); d < minRetention || d > maxRetention {
 		return status.Errorf(codes.InvalidArgument, "message_retention_duration is %v, it must be between %v and %v", d, minRetention, maxRetention)
@@ -100,7 +101,7 @@ func checkSubscriptionConfig(s *pb.Subscription) error {
 		return err
 	}
 	if s.ExpirationPolicy == nil {
-		s.ExpirationPolicy = &pb.ExpirationPolicy{Ttl: durationpbOf(defaultExpiration)}
+		s.ExpirationPolicy = &pb.ExpirationPolicy{Ttl: durationpb.New(defaultExpiration)}
 	}
 	if ttl := s.ExpirationPolicy.Ttl; ttl != nil && ttl.AsDuration() < minExpiration {
 		return status.Errorf(codes.InvalidArgument, "expiration_policy.ttl is %v, the minimum is %v (leave ttl out for a subscription that never expires)", ttl.AsDuration(), minExpiration)
@@ -118,10 +119,10 @@ func checkSubscriptionConfig(s *pb.Subscription) error {
 	}
 	if p := s.RetryPolicy; p != nil {
 		if p.MinimumBackoff == nil {
-			p.MinimumBackoff = durationpbOf(defaultMinBackoff)
+			p.MinimumBackoff = durationpb.New(defaultMinBackoff)
 		}
 		if p.MaximumBackoff == nil {
-			p.MaximumBackoff = durationpbOf(defaultMaxBackoff)
+			p.MaximumBackoff = durationpb.New(defaultMaxBackoff)
 		}
 		lo, hi := p.MinimumBackoff.AsDuration(), p.MaximumBackoff.AsDuration()
 		if lo < 0 || hi > defaultMaxBackoff || lo > hi {

@@ -164,7 +164,7 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 		}
 		b.fireTimersLocked(b.nowNanos())
 		ds = srv.streamBatchLocked(s, st, ds[:0])
-		eod, ordered, ts := s.eod(), s.ordered(), s.transforms
+		eod, ordered, ts := s.exactlyOnce(), s.ordered(), s.transforms
 		confirm := st.confirm
 		st.confirm = nil
 		b.mu.Unlock()
@@ -277,14 +277,14 @@ func (srv *subscriberServer) streamRequestLocked(s *subscription, st *pullStream
 	}
 	if len(r.AckIds) > 0 {
 		failed := b.ackLocked(s, r.AckIds)
-		if s.eod() {
+		if s.exactlyOnce() {
 			st.confirmLocked(r.AckIds, failed, false)
 		}
 	}
 	for i := range r.ModifyDeadlineAckIds {
 		ids := r.ModifyDeadlineAckIds[i : i+1]
 		failed := b.modAckLocked(s, ids, min(r.ModifyDeadlineSeconds[i], maxAckDeadline))
-		if s.eod() {
+		if s.exactlyOnce() {
 			st.confirmLocked(ids, failed, true)
 		}
 	}

@@ -272,7 +272,7 @@ func (srv *subscriberServer) Acknowledge(ctx context.Context, req *pb.Acknowledg
 		return nil, err
 	}
 	failed := b.ackLocked(s, req.AckIds)
-	eod := s.eod()
+	eod := s.exactlyOnce()
 	off := b.offsetLocked()
 	b.mu.Unlock()
 	if len(failed) > 0 {
@@ -341,7 +341,7 @@ func (b *Broker) ackLocked(s *subscription, ackIDs []string) map[string]string {
 	for _, id := range ackIDs {
 		l := s.lookupLease(id)
 		if l == nil {
-			if s.eod() && !s.recentlyAcked(id) {
+			if s.exactlyOnce() && !s.recentlyAcked(id) {
 				if failed == nil {
 					failed = map[string]string{}
 				}
@@ -350,7 +350,7 @@ func (b *Broker) ackLocked(s *subscription, ackIDs []string) map[string]string {
 			continue
 		}
 		b.ackLeaseLocked(l)
-		if s.eod() {
+		if s.exactlyOnce() {
 			s.rememberAck(l.id, now)
 		}
 	}
@@ -364,7 +364,7 @@ func (b *Broker) modAckLocked(s *subscription, ackIDs []string, seconds int32) m
 	for _, id := range ackIDs {
 		l := s.lookupLease(id)
 		if l == nil {
-			if s.eod() {
+			if s.exactlyOnce() {
 				if failed == nil {
 					failed = map[string]string{}
 				}

@@ -172,7 +172,7 @@ func (r replay) Receive(ctx context.Context, f func(context.Context, *pubsub.Mes
 
 // The audit survives a restart through its snapshot file, and its gauges
 // and counter are exported while the outcomes still add up to received.
-func TestAuditSnapshotAcrossRestartAndMetrics(t *testing.T) {
+func TestAuditFileAcrossRestartAndMetrics(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	path := t.TempDir() + "/state.db.audit"
@@ -184,7 +184,7 @@ func TestAuditSnapshotAcrossRestartAndMetrics(t *testing.T) {
 		}
 		p, err := pipeline.New(pipeline.Config{
 			Audit:         audit.Options{Horizon: 7 * 24 * time.Hour, Capacity: 10_000},
-			AuditSnapshot: path},
+			AuditFile: path},
 			pipeline.Deps{Deduper: dd, Logger: testLogger(t), Now: clock, Registerer: reg,
 				Sink: sinkFunc(func(_ context.Context, m *sink.Message) error { outs = append(outs, m); return nil })})
 		if err != nil {

@@ -18,5 +18,5 @@ const (
 	Retried = outcome.Retried
 )
 
-// Counts is a snapshot of the pipeline's counters.
+// Counts are the pipeline's counters at one moment.
 type Counts = outcome.Counts

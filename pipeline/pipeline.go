@@ -46,8 +46,8 @@ const (
 	// filter is approximate, so never "certain").
 	AttrLateDuplicate     = "dedupflow_late_duplicate"
 	LateDuplicateProbable = "probable"
-	// DefaultAuditSnapshotEvery is how often the audit filter is saved.
-	DefaultAuditSnapshotEvery = time.Minute
+	// DefaultAuditSaveEvery is how often the audit filter is saved.
+	DefaultAuditSaveEvery = time.Minute
 )
 
 // Config configures a Pipeline. The dedup policy (the key, the event time,
@@ -63,11 +63,11 @@ type Config struct {
 	// Audit, when Audit.Horizon is set, remembers emitted keys for that
 	// long (longer than the dedup horizon) to mark late duplicates.
 	Audit audit.Options
-	// AuditSnapshot is a file the audit filter is loaded from when Run
-	// starts and saved to every AuditSnapshotEvery and when Run returns;
+	// AuditFile is a file the audit filter is loaded from when Run
+	// starts and saved to every AuditSaveEvery and when Run returns;
 	// empty: the audit starts empty on every start.
-	AuditSnapshot      string
-	AuditSnapshotEvery time.Duration
+	AuditFile      string
+	AuditSaveEvery time.Duration
 }
 
 // Deps are what a Pipeline talks to.
@@ -81,7 +81,7 @@ type Deps struct {
 	// HorizonKeys reports the store's live keys for the gauge, if it can.
 	HorizonKeys func() int
 	// AuditTarget keeps the audit filter across restarts (Redis, say);
-	// nil: Config.AuditSnapshot's file, if set.
+	// nil: Config.AuditFile's file, if set.
 	AuditTarget audit.Target
 }
 
@@ -175,14 +175,14 @@ func (p *Pipeline) openAudit(d Deps) error {
 	}
 	p.audit = a
 	p.auditTarget = d.AuditTarget
-	if p.auditTarget == nil && cfg.AuditSnapshot != "" {
-		p.auditTarget = audit.File(cfg.AuditSnapshot)
+	if p.auditTarget == nil && cfg.AuditFile != "" {
+		p.auditTarget = audit.File(cfg.AuditFile)
 	}
 	p.log.Info("audit horizon on: copies after the dedup horizon are marked, not dropped",
 		"audit_horizon", cfg.Audit.Horizon.String(), "capacity", cfg.Audit.Capacity,
 		"false_positive", cfg.Audit.FalsePositive, "bytes", a.Stats().Bytes, "kept_in", keptIn(p.auditTarget))
-	if cfg.AuditSnapshotEvery <= 0 {
-		cfg.AuditSnapshotEvery = DefaultAuditSnapshotEvery
+	if cfg.AuditSaveEvery <= 0 {
+		cfg.AuditSaveEvery = DefaultAuditSaveEvery
 	}
 	return nil
 }
@@ -213,7 +213,7 @@ type Receiver interface {
 // Run receives until ctx is done, or until an error that retrying cannot
 // fix, which it returns. In-flight messages are finished (their writes are
 // bounded by WriteTimeout) or nacked before it returns. With an audit
-// snapshot file, the audit filter is loaded first and saved for the last
+// file, the audit filter is loaded first and saved for the last
 // time after the last message.
 func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
 	ctx, stop := p.start(ctx)
@@ -260,12 +260,12 @@ func (p *Pipeline) ended(err error) error {
 	return nil
 }
 
-// start begins a run: the audit's snapshots, and a context that ends with
+// start begins a run: the audit's saving, and a context that ends with
 // ctx or when the gate stops on a fatal error. stop ends both.
 func (p *Pipeline) start(ctx context.Context) (context.Context, func()) {
-	var snaps *audit.Snapshotter
+	var saver *audit.Saver
 	if to := p.auditTarget; to != nil {
-		snaps = audit.StartSnapshots(ctx, p.audit, to, p.cfg.AuditSnapshotEvery, p.log)
+		saver = audit.StartSaving(ctx, p.audit, to, p.cfg.AuditSaveEvery, p.log)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	go func() {
@@ -277,8 +277,8 @@ func (p *Pipeline) start(ctx context.Context) (context.Context, func()) {
 	}()
 	return ctx, func() {
 		cancel()
-		if snaps != nil {
-			snaps.Stop()
+		if saver != nil {
+			saver.Stop()
 		}
 	}
 }

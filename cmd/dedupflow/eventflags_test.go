@@ -28,7 +28,7 @@ func TestEventAndAuditFlags(t *testing.T) {
 				cfg, opt := c.pipeline, c.dedup
 				if opt.From != dedup.KeyFromJSON || opt.Path != "order.id" || opt.TimeDomain != dedup.EventTime ||
 					opt.AllowedLateness != 2*time.Minute || cfg.Audit.Horizon != 7*24*time.Hour || cfg.Audit.FalsePositive != 0.01 ||
-					cfg.Audit.Capacity != 1000 || cfg.AuditSnapshot != "/var/lib/d/state.db.audit" {
+					cfg.Audit.Capacity != 1000 || cfg.AuditFile != "/var/lib/d/state.db.audit" {
 					t.Fatalf("config %+v, options %+v", cfg, opt)
 				}
 			}},

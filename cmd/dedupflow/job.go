@@ -319,7 +319,7 @@ func (j *jobFlags) eventConfig(c *jobConfig) error {
 	// Beside the disk store's folder, so the audit survives restarts with
 	// it (in Redis, the audit lives beside the keys instead).
 	if c.state.path != "" {
-		c.pipeline.AuditSnapshot = c.state.path + ".audit"
+		c.pipeline.AuditFile = c.state.path + ".audit"
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -20,8 +19,6 @@ const (
 	defaultExpiration = 31 * 24 * time.Hour
 	minExpiration     = 24 * time.Hour
 )
-
-func durationpbOf(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 
 // message is one published message. It is shared, read-only, by every
 // subscription that holds it, so fan-out costs a pointer per subscription,
@@ -122,8 +119,8 @@ type subscription struct {
 	pusher *pusher // delivers a push subscription; nil for pull
 }
 
-func (s *subscription) ordered() bool { return s.proto.EnableMessageOrdering }
-func (s *subscription) eod() bool     { return s.proto.EnableExactlyOnceDelivery }
+func (s *subscription) ordered() bool     { return s.proto.EnableMessageOrdering }
+func (s *subscription) exactlyOnce() bool { return s.proto.EnableExactlyOnceDelivery }
 
 func (s *subscription) notify() {
 	for ch := range s.waiters {

@@ -21,7 +21,7 @@ const logName = "broker.log"
 // tail from a crash was never acknowledged) and appended to, so a start
 // costs one read of the log; the compactor rewrites it later, in the
 // background, once it has grown to twice the live state.
-func (b *Broker) openStore() error {
+func (b *Broker) openLog() error {
 	dir := b.opts.DataDir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("broker: create data dir: %w", err)

@@ -18,7 +18,7 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 )
 
-// Snapshot format, little-endian:
+// The saved filter's format, little-endian:
 //
 //	magic "DFAUDIT1"
 //	header: width ns (int64), generations (uint32), m bits (uint64),
@@ -27,13 +27,13 @@ import (
 //	CRC-32C of everything before it (uint32)
 //
 // The filters' words are written as they are in memory, a generation at a
-// time, so a snapshot holds one generation's copy beyond the filter itself
+// time, so a saved filter holds one generation's copy beyond the filter itself
 // and the lock is held only while that copy is made.
 const magic = "DFAUDIT1"
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// WriteTo writes a snapshot of f to w.
+// WriteTo saves f to w.
 func (f *Filter) WriteTo(w io.Writer) (int64, error) {
 	cw := &countWriter{w: w, crc: crc32.New(crcTable)}
 	bw := bufio.NewWriterSize(cw, 1<<16)
@@ -48,7 +48,7 @@ func (f *Filter) WriteTo(w io.Writer) (int64, error) {
 	hdr = append(hdr, b2u(f.ok))
 	f.mu.RUnlock()
 	if _, err := bw.Write(hdr); err != nil {
-		return cw.n, fmt.Errorf("write audit snapshot: %w", err)
+		return cw.n, fmt.Errorf("save audit filter: %w", err)
 	}
 	words := make([]uint64, f.m/64)
 	buf := make([]byte, 0, 16)
@@ -61,22 +61,22 @@ func (f *Filter) WriteTo(w io.Writer) (int64, error) {
 		buf = binary.LittleEndian.AppendUint64(buf[:0], uint64(epoch))
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(n))
 		if _, err := bw.Write(buf); err != nil {
-			return cw.n, fmt.Errorf("write audit snapshot: %w", err)
+			return cw.n, fmt.Errorf("save audit filter: %w", err)
 		}
 		if err := writeWords(bw, words); err != nil {
-			return cw.n, fmt.Errorf("write audit snapshot: %w", err)
+			return cw.n, fmt.Errorf("save audit filter: %w", err)
 		}
 	}
 	if err := bw.Flush(); err != nil {
-		return cw.n, fmt.Errorf("write audit snapshot: %w", err)
+		return cw.n, fmt.Errorf("save audit filter: %w", err)
 	}
 	if _, err := w.Write(binary.LittleEndian.AppendUint32(nil, cw.crc.Sum32())); err != nil {
-		return cw.n, fmt.Errorf("write audit snapshot: %w", err)
+		return cw.n, fmt.Errorf("save audit filter: %w", err)
 	}
 	return cw.n + 4, nil
 }
 
-// ReadFrom replaces f's contents with the snapshot in r. A snapshot made
+// ReadFrom replaces f's contents with the filter saved in r. A filter saved
 // with other options (horizon, generations, capacity or rate) is refused
 // with ErrMismatch and f is left as it was; so is a damaged one.
 func (f *Filter) ReadFrom(r io.Reader) (int64, error) {
@@ -85,17 +85,17 @@ func (f *Filter) ReadFrom(r io.Reader) (int64, error) {
 	tr := io.TeeReader(cr, crc)
 	hdr := make([]byte, len(magic)+8+4+8+4+8+1)
 	if _, err := io.ReadFull(tr, hdr); err != nil {
-		return cr.n, fmt.Errorf("read audit snapshot header: %w", err)
+		return cr.n, fmt.Errorf("read saved audit filter header: %w", err)
 	}
 	if string(hdr[:len(magic)]) != magic {
-		return cr.n, errors.New("read audit snapshot: not an audit snapshot")
+		return cr.n, errors.New("read saved audit filter: not a saved audit filter")
 	}
 	h := hdr[len(magic):]
 	width, gens := int64(binary.LittleEndian.Uint64(h)), int(binary.LittleEndian.Uint32(h[8:]))
 	m, k := uint(binary.LittleEndian.Uint64(h[12:])), uint(binary.LittleEndian.Uint32(h[20:]))
 	cur, ok := int64(binary.LittleEndian.Uint64(h[24:])), h[32] == 1
 	if width != f.width || gens != len(f.gens)-1 || m != f.m || k != f.k {
-		return cr.n, fmt.Errorf("%w: snapshot has %d generations of %v, %d bits, %d hashes; want %d of %v, %d bits, %d hashes",
+		return cr.n, fmt.Errorf("%w: the saved filter has %d generations of %v, %d bits, %d hashes; want %d of %v, %d bits, %d hashes",
 			ErrMismatch, gens, time.Duration(width), m, k, len(f.gens)-1, time.Duration(f.width), f.m, f.k)
 	}
 	// Read into fresh filters first, so a damaged file changes nothing.
@@ -103,11 +103,11 @@ func (f *Filter) ReadFrom(r io.Reader) (int64, error) {
 	buf := make([]byte, 16)
 	for i := range loaded {
 		if _, err := io.ReadFull(tr, buf); err != nil {
-			return cr.n, fmt.Errorf("read audit snapshot: %w", err)
+			return cr.n, fmt.Errorf("read saved audit filter: %w", err)
 		}
 		words := make([]uint64, m/64)
 		if err := readWords(tr, words); err != nil {
-			return cr.n, fmt.Errorf("read audit snapshot: %w", err)
+			return cr.n, fmt.Errorf("read saved audit filter: %w", err)
 		}
 		loaded[i] = gen{
 			epoch: int64(binary.LittleEndian.Uint64(buf)),
@@ -115,16 +115,16 @@ func (f *Filter) ReadFrom(r io.Reader) (int64, error) {
 			f:     bloom.FromWithM(words, m, k),
 		}
 		if ok && loaded[i].epoch > cur {
-			cur = loaded[i].epoch // rotated while the snapshot was written
+			cur = loaded[i].epoch // rotated while the filter was saved
 		}
 	}
 	sum := crc.Sum32()
 	var tail [4]byte
 	if _, err := io.ReadFull(cr, tail[:]); err != nil {
-		return cr.n, fmt.Errorf("read audit snapshot checksum: %w", err)
+		return cr.n, fmt.Errorf("read saved audit filter checksum: %w", err)
 	}
 	if binary.LittleEndian.Uint32(tail[:]) != sum {
-		return cr.n, errors.New("read audit snapshot: checksum mismatch (damaged file)")
+		return cr.n, errors.New("read saved audit filter: checksum mismatch (damaged file)")
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -142,14 +142,14 @@ func (f *Filter) ReadFrom(r io.Reader) (int64, error) {
 	return cr.n, nil
 }
 
-// SaveFile writes a snapshot to path atomically: a temporary file in the
+// SaveFile saves f to path atomically: a temporary file in the
 // same directory, fsynced, renamed over path, and the directory fsynced,
-// so a crash leaves the old snapshot or the new one, never half of one.
+// so a crash leaves the old file or the new one, never half of one.
 func (f *Filter) SaveFile(path string) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
 	if err != nil {
-		return fmt.Errorf("save audit snapshot: %w", err)
+		return fmt.Errorf("save audit filter: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // a no-op once renamed
 	if _, err := f.WriteTo(tmp); err != nil {
@@ -158,26 +158,26 @@ func (f *Filter) SaveFile(path string) error {
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return fmt.Errorf("save audit snapshot: %w", err)
+		return fmt.Errorf("save audit filter: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("save audit snapshot: %w", err)
+		return fmt.Errorf("save audit filter: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("save audit snapshot: %w", err)
+		return fmt.Errorf("save audit filter: %w", err)
 	}
 	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("save audit snapshot: %w", err)
+		return fmt.Errorf("save audit filter: %w", err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("save audit snapshot: sync directory: %w", err)
+		return fmt.Errorf("save audit filter: sync directory: %w", err)
 	}
 	return nil
 }
 
-// LoadFile reads the snapshot at path into f. A missing file is not an
+// LoadFile reads the filter saved at path into f. A missing file is not an
 // error (a first start): it returns false.
 func (f *Filter) LoadFile(path string) (bool, error) {
 	file, err := os.Open(path)
@@ -185,11 +185,11 @@ func (f *Filter) LoadFile(path string) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("load audit snapshot: %w", err)
+		return false, fmt.Errorf("load saved audit filter: %w", err)
 	}
 	defer file.Close()
 	if _, err := f.ReadFrom(file); err != nil {
-		return false, fmt.Errorf("load audit snapshot %s: %w", path, err)
+		return false, fmt.Errorf("load saved audit filter %s: %w", path, err)
 	}
 	return true, nil
 }
@@ -205,7 +205,7 @@ type Target interface {
 	String() string
 }
 
-// File is a Target: a snapshot file, replaced atomically on every save.
+// File is a Target: a file, replaced atomically on every save.
 type File string
 
 // Load implements Target.
@@ -216,9 +216,9 @@ func (p File) Save(_ context.Context, f *Filter) error { return f.SaveFile(strin
 
 func (p File) String() string { return string(p) }
 
-// Snapshotter saves a Filter to a Target periodically and once more when
-// stopped. Start it with StartSnapshots; Stop it before the process exits.
-type Snapshotter struct {
+// Saver saves a Filter to a Target periodically and once more when
+// stopped. Start it with StartSaving; Stop it before the process exits.
+type Saver struct {
 	f      *Filter
 	to     Target
 	log    *slog.Logger
@@ -228,30 +228,30 @@ type Snapshotter struct {
 	once   sync.Once
 }
 
-// StartSnapshots loads the target into f (a damaged or mismatched snapshot
+// StartSaving loads the target into f (a damaged or mismatched saved filter
 // is logged and f starts empty: the audit is advisory and must not stop
 // the pipeline), then saves f to it every `every` until Stop.
-func StartSnapshots(ctx context.Context, f *Filter, to Target, every time.Duration, log *slog.Logger) *Snapshotter {
+func StartSaving(ctx context.Context, f *Filter, to Target, every time.Duration, log *slog.Logger) *Saver {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With("audit_snapshot", to.String())
+	log = log.With("audit_file", to.String())
 	switch found, err := to.Load(ctx, f); {
 	case err != nil:
-		log.Warn("audit snapshot not loaded; the audit starts empty", "err", err)
+		log.Warn("saved audit filter not loaded; the audit starts empty", "err", err)
 	case found:
 		st := f.Stats()
-		log.Info("audit snapshot loaded", "keys", st.Keys)
+		log.Info("saved audit filter loaded", "keys", st.Keys)
 	}
 	// Saves outlive the caller's cancellation: the last one runs after it.
 	base := context.WithoutCancel(ctx)
 	loopCtx, cancel := context.WithCancel(base)
-	s := &Snapshotter{f: f, to: to, log: log, ctx: base, cancel: cancel, done: make(chan struct{})}
+	s := &Saver{f: f, to: to, log: log, ctx: base, cancel: cancel, done: make(chan struct{})}
 	go s.loop(loopCtx, every)
 	return s
 }
 
-func (s *Snapshotter) loop(ctx context.Context, every time.Duration) {
+func (s *Saver) loop(ctx context.Context, every time.Duration) {
 	defer close(s.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -265,20 +265,20 @@ func (s *Snapshotter) loop(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (s *Snapshotter) save() {
+func (s *Saver) save() {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 	defer cancel()
 	if err := s.to.Save(ctx, s.f); err != nil {
-		s.log.Warn("audit snapshot not saved", "err", err)
+		s.log.Warn("saved audit filter not saved", "err", err)
 		return
 	}
-	s.log.Debug("audit snapshot saved", "took", time.Since(start))
+	s.log.Debug("saved audit filter saved", "took", time.Since(start))
 }
 
 // Stop ends the periodic saves, waits for a save in progress, and saves
 // once more, so what was added up to now survives a restart.
-func (s *Snapshotter) Stop() {
+func (s *Saver) Stop() {
 	s.once.Do(func() {
 		s.cancel()
 		<-s.done
