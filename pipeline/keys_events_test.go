@@ -183,7 +183,7 @@ func TestAuditFileAcrossRestartAndMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, err := pipeline.New(pipeline.Config{
-			Audit:         audit.Options{Horizon: 7 * 24 * time.Hour, Capacity: 10_000},
+			Audit:     audit.Options{Horizon: 7 * 24 * time.Hour, Capacity: 10_000},
 			AuditFile: path},
 			pipeline.Deps{Deduper: dd, Logger: testLogger(t), Now: clock, Registerer: reg,
 				Sink: sinkFunc(func(_ context.Context, m *sink.Message) error { outs = append(outs, m); return nil })})
