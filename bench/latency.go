@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,18 +35,10 @@ var latencyQuantiles = []struct {
 // lose: each message is timed from the bench's Publish call to its arrival
 // on the output subscription.
 func (e *env) benchLatency(ctx context.Context) error {
-	bin, err := e.buildPipeline(ctx)
+	bin, floorBin, err := e.buildContenders(ctx)
 	if err != nil {
 		return err
 	}
-	floorBin, err := e.build(ctx, "relayfloor", dedupflowModule+"/bench/relayfloor")
-	if err != nil {
-		return err
-	}
-	memState := func(runEnv) string { return "mem" }
-	diskState := func(env runEnv) string { return "file:" + filepath.Join(env.dir, "state.db") }
-	named := func(c consumer, name string) consumer { c.name = name; return c }
-	client := []string{"--receiver", "client"}
 	cs := []consumer{relayFloorConsumer(floorBin, nameFloor, "batched"),
 		named(dedupflowConsumer(bin, "mem store", memState), nameMem),
 		named(dedupflowConsumer(bin, "mem store client", memState, client...), nameMemClient),

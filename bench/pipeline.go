@@ -458,3 +458,22 @@ cache_resources:
 
 // label names a dup ratio the way the report does.
 func ratioLabel(r float64) string { return fmt.Sprintf("%.0f%% copies", r*100) }
+
+// buildContenders builds the pipeline and the relay floor.
+func (e *env) buildContenders(ctx context.Context) (pipelineBin, floorBin string, err error) {
+	if pipelineBin, err = e.buildPipeline(ctx); err != nil {
+		return "", "", err
+	}
+	floorBin, err = e.build(ctx, "relayfloor", dedupflowModule+"/bench/relayfloor")
+	return pipelineBin, floorBin, err
+}
+
+// The pipeline's --state for the memory and the disk store.
+func memState(runEnv) string      { return "mem" }
+func diskState(env runEnv) string { return "file:" + filepath.Join(env.dir, "state.db") }
+
+// named is c under another name in the report.
+func named(c consumer, name string) consumer { c.name = name; return c }
+
+// client runs the pipeline on the official client's Receive.
+var client = []string{"--receiver", "client"}

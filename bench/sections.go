@@ -147,11 +147,7 @@ var redisServerRow = map[string]string{nameRedis: nameRedisServer, nameRedisClie
 // The disk and Redis stores run at the 30% ratio only: they answer "what
 // does a durable or shared horizon cost", not how dedup scales with copies.
 func (e *env) benchPipelines(ctx context.Context) error {
-	bin, err := e.buildPipeline(ctx)
-	if err != nil {
-		return err
-	}
-	floorBin, err := e.build(ctx, "relayfloor", dedupflowModule+"/bench/relayfloor")
+	bin, floorBin, err := e.buildContenders(ctx)
 	if err != nil {
 		return err
 	}
@@ -163,10 +159,6 @@ func (e *env) benchPipelines(ctx context.Context) error {
 	var cs []entry
 	cs = append(cs, entry{relayFloorConsumer(floorBin, nameFloor, "batched"), true},
 		entry{relayFloorConsumer(floorBin, nameFloorClient, "client"), false})
-	memState := func(runEnv) string { return "mem" }
-	diskState := func(env runEnv) string { return "file:" + filepath.Join(env.dir, "state.db") }
-	named := func(c consumer, name string) consumer { c.name = name; return c }
-	client := []string{"--receiver", "client"}
 	cs = append(cs, entry{named(dedupflowConsumer(bin, "mem store", memState), nameMem), true},
 		entry{named(dedupflowConsumer(bin, "disk store", diskState), nameDisk), false},
 		entry{named(dedupflowConsumer(bin, "mem store client", memState, client...), nameMemClient), false},

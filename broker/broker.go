@@ -21,6 +21,7 @@ import (
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // Options configure a Broker. The zero value is an in-memory broker that
@@ -358,6 +359,14 @@ func (b *Broker) change(ctx context.Context, fn func() error) error {
 		return err
 	}
 	return durable(ctx, b, off)
+}
+
+// changeEmpty is change for an RPC that answers nothing.
+func (b *Broker) changeEmpty(ctx context.Context, fn func() error) (*emptypb.Empty, error) {
+	if err := b.change(ctx, fn); err != nil {
+		return nil, err
+	}
+	return &emptypb.Empty{}, nil
 }
 
 // NewTestServer starts an in-memory broker on a free loopback port, for

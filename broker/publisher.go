@@ -170,7 +170,7 @@ func (p *publisherServer) ListTopicSnapshots(_ context.Context, req *pb.ListTopi
 }
 
 func (p *publisherServer) DeleteTopic(ctx context.Context, req *pb.DeleteTopicRequest) (*emptypb.Empty, error) {
-	err := p.b.change(ctx, func() error {
+	return p.b.changeEmpty(ctx, func() error {
 		t, err := p.topic(req.Topic)
 		if err != nil {
 			return err
@@ -178,10 +178,6 @@ func (p *publisherServer) DeleteTopic(ctx context.Context, req *pb.DeleteTopicRe
 		p.b.deleteTopicLocked(t)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &emptypb.Empty{}, nil
 }
 
 func (p *publisherServer) DetachSubscription(ctx context.Context, req *pb.DetachSubscriptionRequest) (*pb.DetachSubscriptionResponse, error) {

@@ -286,7 +286,7 @@ func (srv *schemaServer) DeleteSchema(ctx context.Context, req *pb.DeleteSchemaR
 		return nil, err
 	}
 	b := srv.b
-	err := b.change(ctx, func() error {
+	return b.changeEmpty(ctx, func() error {
 		s := b.schemas[req.Name]
 		if s == nil {
 			return status.Errorf(codes.NotFound, "schema not found: %s", req.Name)
@@ -294,10 +294,6 @@ func (srv *schemaServer) DeleteSchema(ctx context.Context, req *pb.DeleteSchemaR
 		b.deleteSchemaLocked(s)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &emptypb.Empty{}, nil
 }
 
 func (srv *schemaServer) ValidateSchema(_ context.Context, req *pb.ValidateSchemaRequest) (*pb.ValidateSchemaResponse, error) {

@@ -255,7 +255,7 @@ func (srv *subscriberServer) UpdateSnapshot(ctx context.Context, req *pb.UpdateS
 }
 
 func (srv *subscriberServer) DeleteSnapshot(ctx context.Context, req *pb.DeleteSnapshotRequest) (*emptypb.Empty, error) {
-	err := srv.b.change(ctx, func() error {
+	return srv.b.changeEmpty(ctx, func() error {
 		sn, err := srv.snapshot(req.Snapshot)
 		if err != nil {
 			return err
@@ -263,10 +263,6 @@ func (srv *subscriberServer) DeleteSnapshot(ctx context.Context, req *pb.DeleteS
 		srv.b.deleteSnapshotLocked(sn)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &emptypb.Empty{}, nil
 }
 
 // seekToSnapshotLocked is Seek with a snapshot target; b.mu must be held.

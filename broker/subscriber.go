@@ -133,7 +133,7 @@ func (srv *subscriberServer) ListSubscriptions(_ context.Context, req *pb.ListSu
 }
 
 func (srv *subscriberServer) DeleteSubscription(ctx context.Context, req *pb.DeleteSubscriptionRequest) (*emptypb.Empty, error) {
-	err := srv.b.change(ctx, func() error {
+	return srv.b.changeEmpty(ctx, func() error {
 		s, err := srv.subscription(req.Subscription)
 		if err != nil {
 			return err
@@ -141,10 +141,6 @@ func (srv *subscriberServer) DeleteSubscription(ctx context.Context, req *pb.Del
 		srv.b.deleteSubLocked(s)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &emptypb.Empty{}, nil
 }
 
 // ModifyPushConfig switches a subscription between push (an endpoint) and
@@ -154,7 +150,7 @@ func (srv *subscriberServer) ModifyPushConfig(ctx context.Context, req *pb.Modif
 		return nil, err
 	}
 	b := srv.b
-	err := b.change(ctx, func() error {
+	return b.changeEmpty(ctx, func() error {
 		s, err := srv.subscription(req.Subscription)
 		if err != nil {
 			return err
@@ -167,10 +163,6 @@ func (srv *subscriberServer) ModifyPushConfig(ctx context.Context, req *pb.Modif
 		b.putSubLocked(s.id, s.topic, s.firstSeq, sp)
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &emptypb.Empty{}, nil
 }
 
 // Pull returns what is available, waiting up to Options.PullWait for the
