@@ -334,23 +334,11 @@ type loadRec struct {
 	rec
 }
 
-// put queues one commit and waits until its group is durable.
+// put queues one commit and waits until its group is durable. The
+// one-element slices do not escape (putMany copies them), so they cost no
+// allocation.
 func (w *writer) put(ctx context.Context, k dedup.Key, r rec) error {
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		return ErrClosed
-	}
-	if w.failed != nil {
-		w.mu.Unlock()
-		return w.failed
-	}
-	g := w.cur
-	g.keys = append(g.keys, k)
-	g.recs = append(g.recs, r)
-	first := len(g.keys) == 1
-	w.mu.Unlock()
-	return w.wait(ctx, g, first)
+	return w.putMany(ctx, []dedup.Key{k}, []rec{r})
 }
 
 // putMany queues the commits of keys[i] as recs[i], all in one group, and
