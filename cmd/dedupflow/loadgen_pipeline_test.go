@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"regexp"
 	"strconv"
 	"testing"
@@ -14,6 +15,21 @@ import (
 )
 
 var seriesLine = regexp.MustCompile(`(?m)^(dedupflow_(?:received_total|messages_total\{outcome="(\w+)"\})) (\S+)$`)
+
+// getPage is the body of a GET that must answer 200.
+func getPage(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}
 
 // scrapeOutcomes reads the pipeline's counters from /metrics.
 func scrapeOutcomes(t *testing.T, url string) map[string]float64 {

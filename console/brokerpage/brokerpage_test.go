@@ -1,21 +1,14 @@
 package brokerpage
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
-
-	cdppage "github.com/chromedp/cdproto/page"
-	"github.com/chromedp/chromedp"
 
 	"github.com/dedupflow/dedupflow/broker"
-	"github.com/dedupflow/dedupflow/internal/testenv/browser"
 )
 
 const project = "brokerpage-test"
@@ -63,95 +56,6 @@ func start(t *testing.T) fixture {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return fixture{b: b, srv: srv, addr: addr}
-}
-
-// TestBrokerPageBrowser drives the page from real Chromium: the live table,
-// publishing with attributes, peeking (which takes nothing), seeking, and a
-// payload that must stay text.
-func TestBrokerPageBrowser(t *testing.T) {
-	f := start(t)
-	ctx, cancel := context.WithTimeout(browser.New(t), 60*time.Second)
-	defer cancel()
-	tab := &browser.Tab{T: t, Ctx: ctx}
-	tab.Report = func() string {
-		return "table: " + tab.Eval(`document.getElementById("subs").innerText`) + "\nstatus: " +
-			tab.Eval(`["publish-status","seek-status","peek-status"].map(i => document.getElementById(i).textContent).join(" | ")`)
-	}
-	do, eval, waitPage := tab.Do, tab.Eval, tab.Wait
-	sub := "projects/" + project + "/subscriptions/orders-sub"
-	cellOf := func(field string) string {
-		return `document.querySelector('tr[data-sub="` + sub + `"] td[data-field="` + field + `"]').textContent`
-	}
-
-	do("open the page", chromedp.Navigate(f.srv.URL+"/broker"))
-	var dialogs atomic.Int32
-	go func() {
-		for _, err := range chromedp.Events(ctx, cdppage.JavascriptDialogOpening) {
-			if err != nil {
-				return
-			}
-			dialogs.Add(1)
-			_, _ = chromedp.Call(ctx, cdppage.HandleJavaScriptDialog, cdppage.HandleJavaScriptDialogParams{Accept: false})
-		}
-	}()
-	waitPage("the live table", `document.getElementById("conn").textContent === "Live" && `+cellOf("backlog")+` === "0"`)
-
-	// At 1280 px, nothing is cut off: every Peek button is on screen.
-	if got := eval(`String(document.documentElement.scrollWidth)`); got != eval(`String(document.documentElement.clientWidth)`) {
-		t.Errorf("the page is %s px wide in a %s px window", got, eval(`String(document.documentElement.clientWidth)`))
-	}
-	if got := eval(`[...document.querySelectorAll("button.peek")].map(b => b.getBoundingClientRect().right <= document.documentElement.clientWidth).join()`); got != "true,true" {
-		t.Errorf("Peek buttons within the window: %s, want both", got)
-	}
-	if got := eval(`document.getElementById("console-link").getAttribute("href")`); got != "/" {
-		t.Errorf("link back to the console: %q", got)
-	}
-	if got := eval(`getComputedStyle(document.querySelector("section")).borderRadius`); got != "8px" {
-		t.Errorf("sections have border radius %q, want the console's panels (8px)", got)
-	}
-
-	// Publish markup with attributes: it arrives, and stays text.
-	const payload = `<img src=x onerror=alert(1)><script>alert(2)</script>`
-	do("publish", chromedp.SetValue(chromedp.CSS("#pub-topic"), "projects/"+project+"/topics/orders"),
-		chromedp.SetValue(chromedp.CSS("#pub-data"), payload),
-		chromedp.SetValue(chromedp.CSS("#pub-attrs"), "origin=<b>page</b>\nkind=test"),
-		chromedp.Click(chromedp.CSS("#pub-send")))
-	waitPage("the publish", `document.getElementById("publish-status").textContent.startsWith("Published")`)
-	waitPage("the backlog to show it", cellOf("backlog")+` === "1"`)
-
-	// Peek shows it and leaves it there.
-	do("peek", chromedp.Click(chromedp.CSS(`tr[data-sub="`+sub+`"] button.peek`)))
-	waitPage("the peeked message", `document.querySelectorAll("#peek tbody tr").length === 1`)
-	if got := eval(`document.querySelector("#peek tbody tr td.data").textContent`); got != payload {
-		t.Fatalf("peeked data %q, want %q as text", got, payload)
-	}
-	if got := eval(`document.querySelectorAll("#peek tbody tr td.data")[1].textContent`); got != "kind=test\norigin=<b>page</b>" {
-		t.Fatalf("peeked attributes %q", got)
-	}
-	if n := eval(`String(document.querySelectorAll("main img, main b, main script").length)`); n != "0" {
-		t.Fatalf("the payload became %s elements", n)
-	}
-	msgs, err := f.b.Peek(sub, 10)
-	if err != nil || len(msgs) != 1 || msgs[0].Attributes["origin"] != "<b>page</b>" {
-		t.Fatalf("after peeking, the broker holds %v, %v; want the message, untaken", msgs, err)
-	}
-
-	// A bad attribute line and a publish the broker refuses say why.
-	do("publish a bad attribute", chromedp.SetValue(chromedp.CSS("#pub-attrs"), "no equals sign"), chromedp.Click(chromedp.CSS("#pub-send")))
-	waitPage("the attribute error", `document.getElementById("publish-status").textContent.includes("want key=value")`)
-	do("publish a reserved attribute", chromedp.SetValue(chromedp.CSS("#pub-attrs"), "googkey=1"), chromedp.Click(chromedp.CSS("#pub-send")))
-	waitPage("the broker's refusal", `document.getElementById("publish-status").classList.contains("bad") && document.getElementById("publish-status").textContent.includes("goog")`)
-
-	// Seeking past the message acknowledges it.
-	future := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
-	do("seek", chromedp.SetValue(chromedp.CSS("#seek-sub"), sub), chromedp.SetValue(chromedp.CSS("#seek-time"), future), chromedp.Click(chromedp.CSS("#seek-send")))
-	waitPage("the seek", `document.getElementById("seek-status").textContent.startsWith("Sought")`)
-	waitPage("the backlog to empty", cellOf("backlog")+` === "0"`)
-	do("seek to nothing", chromedp.SetValue(chromedp.CSS("#seek-time"), "yesterday"), chromedp.Click(chromedp.CSS("#seek-send")))
-	waitPage("the time error", `document.getElementById("seek-status").textContent.includes("RFC 3339")`)
-	if n := dialogs.Load(); n != 0 {
-		t.Fatalf("%d dialogs opened: a payload ran as script", n)
-	}
 }
 
 // TestBrokerPageGuards: the state-changing endpoints take only the page's

@@ -1,6 +1,4 @@
-// Package browser starts headless Chromium for tests, apart from package
-// testenv so that only the tests that drive a browser link chromedp.
-package browser
+package e2e
 
 import (
 	"context"
@@ -12,8 +10,8 @@ import (
 	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
-// New starts headless Chromium for a test; it stops when the test ends.
-func New(t *testing.T) context.Context {
+// newBrowser starts headless Chromium for a test; it stops when the test ends.
+func newBrowser(t *testing.T) context.Context {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(testenv.Chromium(t)),
@@ -35,15 +33,15 @@ func New(t *testing.T) context.Context {
 	return ctx
 }
 
-// Tab drives one page of a test's browser; report, when set, adds the
+// browserTab drives one page of a test's browser; Report, when set, adds the
 // page's state to a failure.
-type Tab struct {
+type browserTab struct {
 	T      *testing.T
 	Ctx    context.Context
 	Report func() string
 }
 
-func (b *Tab) fail(format string, args ...any) {
+func (b *browserTab) fail(format string, args ...any) {
 	b.T.Helper()
 	if b.Report != nil {
 		format += "\n%s"
@@ -53,7 +51,7 @@ func (b *Tab) fail(format string, args ...any) {
 }
 
 // Do runs actions; what names them in a failure.
-func (b *Tab) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
+func (b *browserTab) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
 	b.T.Helper()
 	if err := chromedp.Do(b.Ctx, actions...); err != nil {
 		b.fail("%s: %v", what, err)
@@ -61,7 +59,7 @@ func (b *Tab) Do(what string, actions ...chromedp.Action[chromedp.Void]) {
 }
 
 // Eval returns the value of a JavaScript expression of string type.
-func (b *Tab) Eval(js string) string {
+func (b *browserTab) Eval(js string) string {
 	b.T.Helper()
 	v, err := chromedp.Run(b.Ctx, chromedp.Evaluate[string](js))
 	if err != nil {
@@ -71,7 +69,7 @@ func (b *Tab) Eval(js string) string {
 }
 
 // Wait waits up to 15s until a JavaScript condition holds.
-func (b *Tab) Wait(what, cond string) {
+func (b *browserTab) Wait(what, cond string) {
 	b.T.Helper()
 	_, err := chromedp.Run(b.Ctx, chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(15*time.Second), chromedp.WithPollingInterval(50*time.Millisecond)))
 	if err != nil {

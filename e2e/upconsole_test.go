@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -13,22 +13,21 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
-	"github.com/dedupflow/dedupflow/internal/testenv/browser"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
-// newBrowser starts headless Chromium for a test.
-func newBrowser(t *testing.T) context.Context { return browser.New(t) }
-
-// TestUpConsoleBrowser drives the console of an in-process `dedupflow up`
-// from real Chromium: the seed scenario through the form, a redelivery, and
-// a payload that must stay text.
+// TestUpConsoleBrowser drives the console of `dedupflow up` from real
+// Chromium: the seed scenario through the form, a redelivery, and a payload
+// that must stay text.
 func TestUpConsoleBrowser(t *testing.T) {
+	t.Parallel()
+	testenv.Chromium(t) // before the build, to skip at once without it
 	up := startUp(t)
 	bctx := newBrowser(t)
 	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
 	defer cancel()
 
-	tab := &browser.Tab{T: t, Ctx: ctx}
+	tab := &browserTab{T: t, Ctx: ctx}
 	tab.Report = func() string {
 		return fmt.Sprintf("counters: %s\nrows: %s\nstatus: %s\nstderr:\n%s", tab.Eval(jsCounts), tab.Eval(jsRows),
 			tab.Eval(`document.getElementById("form-status").textContent + " | " + document.getElementById("redeliver-status").textContent`), up.stderr)
@@ -113,7 +112,7 @@ func TestUpConsoleBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := filepath.Join("..", "..", "docs", "console.png")
+		out := filepath.Join("..", "docs", "console.png")
 		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	cdppage "github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/dedupflow/dedupflow/internal/testenv"
+)
+
+// TestBrokerConsoleFlag: `dedupflow broker --console` serves the broker
+// page, which shows the broker's topics.
+func TestBrokerConsoleFlag(t *testing.T) {
+	t.Parallel()
+	b := runCommand(t, "broker", "--listen", "127.0.0.1:0", "--console", "127.0.0.1:0", "--project", "p", "--topic", "orders")
+	url := b.waitFor(t, "broker page URL", reBrokerPage)
+	if body := getPage(t, url); !strings.Contains(body, "<title>dedupflow broker</title>") {
+		t.Fatalf("broker page:\n%s", body)
+	}
+	var state struct{ Topics []struct{ Name string } }
+	if err := json.Unmarshal([]byte(getPage(t, strings.TrimSuffix(url, "/broker")+"/broker/api/state")), &state); err != nil ||
+		len(state.Topics) != 1 || state.Topics[0].Name != "projects/p/topics/orders" {
+		t.Fatalf("state: %+v %v", state, err)
+	}
+}
+
+// TestUpBrokerPage: the console of `dedupflow up` links to and serves the
+// broker page, which links back to the console.
+func TestUpBrokerPage(t *testing.T) {
+	t.Parallel()
+	up := startUp(t)
+	if !strings.Contains(getPage(t, up.consoleURL), `href="/broker"`) {
+		t.Fatal("the console does not link to /broker")
+	}
+	if body := getPage(t, up.consoleURL+"/broker"); !strings.Contains(body, `<a id="console-link" href="/">`) {
+		t.Errorf("the broker page does not link back to the console at /:\n%s", body)
+	}
+	if body := getPage(t, up.consoleURL+"/broker/api/state"); !strings.Contains(body, "topicToDataflow") {
+		t.Fatalf("broker page state lacks the tutorial's topics:\n%s", body)
+	}
+}
+
+const pageProject = "brokerpage-test"
+
+// startBrokerPage runs `dedupflow broker --console` with a topic "orders"
+// and its subscription "orders-sub", and a subscription of a name as long as
+// the tutorial's; it returns the broker's address and the page's URL.
+func startBrokerPage(t *testing.T) (addr, pageURL string) {
+	t.Helper()
+	b := runCommand(t, "broker", "--listen", "127.0.0.1:0", "--console", "127.0.0.1:0")
+	addr = b.waitFor(t, "PUBSUB_EMULATOR_HOST line", reEmulator)
+	pageURL = b.waitFor(t, "broker page URL", reBrokerPage)
+	// Topics and subscriptions are made through the broker's REST API, as
+	// a user of the page might have made them with gcloud.
+	for _, r := range []struct{ path, body string }{
+		{"/topics/orders", `{}`},
+		{"/subscriptions/orders-sub", `{"topic":"projects/` + pageProject + `/topics/orders","ackDeadlineSeconds":10}`},
+		{"/topics/topicFromDataflow", `{}`},
+		{"/subscriptions/topicFromDataflow.subscriptionFromDataflow", `{"topic":"projects/` + pageProject +
+			`/topics/topicFromDataflow","filter":"attributes.origin = \"dedupflow-pipeline-output\""}`},
+	} {
+		req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/projects/"+pageProject+r.path, strings.NewReader(r.body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("create %s: %v %v", r.path, resp, err)
+		}
+		resp.Body.Close()
+	}
+	return addr, pageURL
+}
+
+// pullREST pulls up to 10 messages of sub through the broker's REST API.
+func pullREST(t *testing.T, addr, sub string) []restReceived {
+	t.Helper()
+	var out struct{ ReceivedMessages []restReceived }
+	postREST(t, addr, sub+":pull", `{"maxMessages":10}`, &out)
+	return out.ReceivedMessages
+}
+
+type restReceived struct {
+	AckID   string
+	Message struct {
+		Data       string
+		Attributes map[string]string
+	}
+}
+
+// postREST posts body to the broker's REST API at /v1/path, and decodes the
+// answer into out.
+func postREST(t *testing.T, addr, path, body string, out any) {
+	t.Helper()
+	resp, err := http.Post("http://"+addr+"/v1/"+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("POST %s: %d %v", path, resp.StatusCode, err)
+	}
+}
+
+// TestBrokerPageBrowser drives the page of `dedupflow broker --console`
+// from real Chromium: the live table, publishing with attributes, peeking
+// (which takes nothing), seeking, and a payload that must stay text.
+func TestBrokerPageBrowser(t *testing.T) {
+	t.Parallel()
+	testenv.Chromium(t) // before the build, to skip at once without it
+	addr, pageURL := startBrokerPage(t)
+	ctx, cancel := context.WithTimeout(newBrowser(t), 60*time.Second)
+	defer cancel()
+	tab := &browserTab{T: t, Ctx: ctx}
+	tab.Report = func() string {
+		return "table: " + tab.Eval(`document.getElementById("subs").innerText`) + "\nstatus: " +
+			tab.Eval(`["publish-status","seek-status","peek-status"].map(i => document.getElementById(i).textContent).join(" | ")`)
+	}
+	do, eval, waitPage := tab.Do, tab.Eval, tab.Wait
+	sub := "projects/" + pageProject + "/subscriptions/orders-sub"
+	cellOf := func(field string) string {
+		return `document.querySelector('tr[data-sub="` + sub + `"] td[data-field="` + field + `"]').textContent`
+	}
+
+	do("open the page", chromedp.Navigate(pageURL))
+	var dialogs atomic.Int32
+	go func() {
+		for _, err := range chromedp.Events(ctx, cdppage.JavascriptDialogOpening) {
+			if err != nil {
+				return
+			}
+			dialogs.Add(1)
+			_, _ = chromedp.Call(ctx, cdppage.HandleJavaScriptDialog, cdppage.HandleJavaScriptDialogParams{Accept: false})
+		}
+	}()
+	waitPage("the live table", `document.getElementById("conn").textContent === "Live" && `+cellOf("backlog")+` === "0"`)
+
+	// At 1280 px, nothing is cut off: every Peek button is on screen.
+	if got := eval(`String(document.documentElement.scrollWidth)`); got != eval(`String(document.documentElement.clientWidth)`) {
+		t.Errorf("the page is %s px wide in a %s px window", got, eval(`String(document.documentElement.clientWidth)`))
+	}
+	if got := eval(`[...document.querySelectorAll("button.peek")].map(b => b.getBoundingClientRect().right <= document.documentElement.clientWidth).join()`); got != "true,true" {
+		t.Errorf("Peek buttons within the window: %s, want both", got)
+	}
+	// The broker alone has no console to link back to (up's page does: TestUpBrokerPage).
+	if got := eval(`String(document.getElementById("console-link") === null)`); got != "true" {
+		t.Errorf("the broker's own page links to a console")
+	}
+	if got := eval(`getComputedStyle(document.querySelector("section")).borderRadius`); got != "8px" {
+		t.Errorf("sections have border radius %q, want the console's panels (8px)", got)
+	}
+
+	// Publish markup with attributes: it arrives, and stays text.
+	const payload = `<img src=x onerror=alert(1)><script>alert(2)</script>`
+	do("publish", chromedp.SetValue(chromedp.CSS("#pub-topic"), "projects/"+pageProject+"/topics/orders"),
+		chromedp.SetValue(chromedp.CSS("#pub-data"), payload),
+		chromedp.SetValue(chromedp.CSS("#pub-attrs"), "origin=<b>page</b>\nkind=test"),
+		chromedp.Click(chromedp.CSS("#pub-send")))
+	waitPage("the publish", `document.getElementById("publish-status").textContent.startsWith("Published")`)
+	waitPage("the backlog to show it", cellOf("backlog")+` === "1"`)
+
+	// Peek shows it and leaves it there.
+	do("peek", chromedp.Click(chromedp.CSS(`tr[data-sub="`+sub+`"] button.peek`)))
+	waitPage("the peeked message", `document.querySelectorAll("#peek tbody tr").length === 1`)
+	if got := eval(`document.querySelector("#peek tbody tr td.data").textContent`); got != payload {
+		t.Fatalf("peeked data %q, want %q as text", got, payload)
+	}
+	if got := eval(`document.querySelectorAll("#peek tbody tr td.data")[1].textContent`); got != "kind=test\norigin=<b>page</b>" {
+		t.Fatalf("peeked attributes %q", got)
+	}
+	if n := eval(`String(document.querySelectorAll("main img, main b, main script").length)`); n != "0" {
+		t.Fatalf("the payload became %s elements", n)
+	}
+	// A pull gets only what no one has taken: the peeked message is there,
+	// as published. The nack gives it back for the seek below.
+	got := pullREST(t, addr, sub)
+	if len(got) != 1 || got[0].Message.Attributes["origin"] != "<b>page</b>" || got[0].Message.Data != base64.StdEncoding.EncodeToString([]byte(payload)) {
+		t.Fatalf("after peeking, a pull got %+v; want the message, untaken", got)
+	}
+	postREST(t, addr, sub+":modifyAckDeadline", `{"ackIds":["`+got[0].AckID+`"],"ackDeadlineSeconds":0}`, &struct{}{})
+	waitPage("the nacked message back in the backlog", cellOf("backlog")+` === "1" && `+cellOf("unacked")+` === "0"`)
+
+	// A bad attribute line and a publish the broker refuses say why.
+	do("publish a bad attribute", chromedp.SetValue(chromedp.CSS("#pub-attrs"), "no equals sign"), chromedp.Click(chromedp.CSS("#pub-send")))
+	waitPage("the attribute error", `document.getElementById("publish-status").textContent.includes("want key=value")`)
+	do("publish a reserved attribute", chromedp.SetValue(chromedp.CSS("#pub-attrs"), "googkey=1"), chromedp.Click(chromedp.CSS("#pub-send")))
+	waitPage("the broker's refusal", `document.getElementById("publish-status").classList.contains("bad") && document.getElementById("publish-status").textContent.includes("goog")`)
+
+	// Seeking past the message acknowledges it.
+	future := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
+	do("seek", chromedp.SetValue(chromedp.CSS("#seek-sub"), sub), chromedp.SetValue(chromedp.CSS("#seek-time"), future), chromedp.Click(chromedp.CSS("#seek-send")))
+	waitPage("the seek", `document.getElementById("seek-status").textContent.startsWith("Sought")`)
+	waitPage("the backlog to empty", cellOf("backlog")+` === "0"`)
+	do("seek to nothing", chromedp.SetValue(chromedp.CSS("#seek-time"), "yesterday"), chromedp.Click(chromedp.CSS("#seek-send")))
+	waitPage("the time error", `document.getElementById("seek-status").textContent.includes("RFC 3339")`)
+	if n := dialogs.Load(); n != 0 {
+		t.Fatalf("%d dialogs opened: a payload ran as script", n)
+	}
+}
