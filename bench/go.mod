@@ -9,6 +9,7 @@ require (
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/redis/go-redis/v9 v9.23.0
+	go.etcd.io/bbolt v1.5.0
 	golang.org/x/sync v0.25.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/grpc v1.85.0

@@ -161,10 +161,10 @@
 // Why a log of its own rather than bbolt or Pebble: the workload is a queue
 // (append, then delete almost everything soon after), the delivery state is
 // held in memory anyway, and durability only needs the order of changes.
-// BenchmarkStorage (storage_bench_test.go) compares the two: with group
-// commit an ack is a 10-byte append, whereas every bbolt batch rewrites
-// B+tree pages and fsyncs data and meta pages, and a delete costs as much
-// as an insert. Pebble would also be a log plus compaction, but a large
+// BenchmarkStorage (storage_bench_test.go, and bbolt's side in
+// bench/bboltstorage) compares the two: with group commit an ack is a
+// 10-byte append, whereas every bbolt batch rewrites B+tree pages and
+// fsyncs data and meta pages, and a delete costs as much as an insert. Pebble would also be a log plus compaction, but a large
 // dependency for a state that already lives in memory. A Publish RPC
 // carries up to 100 messages in one wait, so the end-to-end durable rate
 // is far above the per-record one (BenchmarkEndToEnd); the figures are in

@@ -11,19 +11,21 @@ import (
 	"time"
 
 	"github.com/dedupflow/dedupflow/broker/internal/logframe"
-	bolt "go.etcd.io/bbolt"
 )
 
 // BenchmarkStorage is the measurement behind the choice of storage (see the
 // package documentation): durable writes of publish-sized records from many
 // concurrent writers, then one delete (ack) per record, through this
-// package's log with group commit and through bbolt with db.Batch (bbolt's
-// own group commit). Both fsync before a write counts as done.
+// package's log with group commit, which fsyncs before a write counts as
+// done. BenchmarkStorage/bbolt in bench/bboltstorage runs the same workload
+// through bbolt (a module of its own, so that bbolt stays out of this one's
+// go.mod); from the repository's root (go.work), both at once:
 //
-//	go test -run '^$' -bench Storage -benchtime 1x ./broker
+//	go test -run '^$' -bench Storage -benchtime 1x ./broker ./bench/bboltstorage
 func BenchmarkStorage(b *testing.B) {
-	const writers, perWriter = 64, 1000
-	payload := make([]byte, 150)
+	// The workload of bench/bboltstorage's BenchmarkStorage; change both together.
+	const writers, perWriter, payloadSize = 64, 1000, 150
+	payload := make([]byte, payloadSize)
 	b.Run("log", func(b *testing.B) {
 		f, err := os.Create(filepath.Join(b.TempDir(), "log"))
 		if err != nil {
@@ -75,39 +77,5 @@ func BenchmarkStorage(b *testing.B) {
 		<-done
 		f.Close()
 		b.ReportMetric(float64(writers*perWriter)/el.Seconds(), "msgs/s")
-	})
-	b.Run("bbolt", func(b *testing.B) {
-		db, err := bolt.Open(filepath.Join(b.TempDir(), "bolt.db"), 0o644, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer db.Close()
-		bucket := []byte("m")
-		db.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucketIfNotExists(bucket); return err })
-		start := time.Now()
-		var wg sync.WaitGroup
-		for g := range writers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range perWriter {
-					key := binary.BigEndian.AppendUint64(nil, uint64(g*perWriter+i))
-					if err := db.Batch(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Put(key, payload) }); err != nil {
-						b.Error(err)
-						return
-					}
-					// Acks do not wait for durability in the broker either.
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						if err := db.Batch(func(tx *bolt.Tx) error { return tx.Bucket(bucket).Delete(key) }); err != nil {
-							b.Error(err)
-						}
-					}()
-				}
-			}()
-		}
-		wg.Wait()
-		b.ReportMetric(float64(writers*perWriter)/time.Since(start).Seconds(), "msgs/s")
 	})
 }
