@@ -115,8 +115,10 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...)
 }
 
-// validate checks o and fills defaults.
-func (o *Options) validate() error {
+// Validate checks o and fills its defaults: the policy's (in
+// dedup.Policy.Validate, as for the pipeline) and the handler timeout's.
+// Every error it returns wraps ErrInvalidOptions.
+func (o *Options) Validate() error {
 	if err := o.Policy.Validate(); err != nil {
 		return invalid("%w", err)
 	}
@@ -161,16 +163,12 @@ func New(store dedup.Store, opt Options, f HandlerFunc) (*Dedup, error) {
 	if f == nil {
 		return nil, invalid("nil handler")
 	}
-	if err := opt.validate(); err != nil {
+	if err := opt.Validate(); err != nil {
 		return nil, err
-	}
-	dd, err := dedup.New(store, dedup.Options{Policy: opt.Policy, Now: opt.Now, LocalWait: opt.Lease})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	d := &Dedup{opt: opt, f: f}
 	gc := gate.Config{
-		Deduper: dd, Work: gate.Work{Name: "handler", Do: d.run},
+		Policy: opt.Policy, Store: store, Work: gate.Work{Name: "handler", Do: d.run},
 		RejectName: "OnReject", Hint: "set OnReject, or a dead-letter policy on the subscription",
 		Logger: opt.Logger, Now: opt.Now,
 	}
@@ -182,6 +180,7 @@ func New(store dedup.Store, opt Options, f HandlerFunc) (*Dedup, error) {
 	if opt.OnDuplicate != nil {
 		gc.OnDuplicate = func(ctx context.Context, m *pubsub.Message, k dedup.Kind) { opt.OnDuplicate(ctx, view(m), k) }
 	}
+	var err error
 	if d.gate, err = gate.New(gc); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}

@@ -112,9 +112,6 @@ func New(store Store, opt Options) (*Deduper, error) {
 // Horizon is the horizon in force.
 func (d *Deduper) Horizon() time.Duration { return d.opt.Horizon }
 
-// Policy is the policy in force, its defaults filled.
-func (d *Deduper) Policy() Policy { return d.opt.Policy }
-
 // Mode is the horizon mode in force.
 func (d *Deduper) Mode() HorizonMode { return d.opt.HorizonMode }
 

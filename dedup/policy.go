@@ -8,10 +8,11 @@ import (
 )
 
 // Policy is how messages are deduped, whichever front end reads them: the
-// key, the event time, the horizon and the claim lease. The Deduper holds
-// it (Options embeds it, and the pipeline and the gate read it from there);
-// the consumer's Options embed it too. Validate is the one place that
-// checks it and fills its defaults.
+// key, the event time, the horizon and the claim lease. The pipeline's
+// Config, the consumer's Options and the gate's Config embed it, and the
+// gate makes its Deduper from it (Options embeds it too; the Deduper reads
+// the horizon, its mode, the time domain, the lateness and the lease).
+// Validate is the one place that checks it and fills its defaults.
 type Policy struct {
 	// IDAttribute names the attribute in which publishers stamp a stable
 	// key, once, before the first attempt; empty means the message ID,

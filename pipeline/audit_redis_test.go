@@ -31,13 +31,9 @@ func TestAuditInRedisAcrossReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { to.Close() })
-		dd, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute}, Now: clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := pipeline.New(pipeline.Config{
+		p, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute},
 			Audit: audit.Options{Horizon: 7 * 24 * time.Hour, Capacity: 10_000}},
-			pipeline.Deps{Deduper: dd, Logger: testLogger(t), Now: clock, AuditTarget: to,
+			pipeline.Deps{Store: mem.New(), Logger: testLogger(t), Now: clock, AuditTarget: to,
 				Sink: sinkFunc(func(_ context.Context, m *sink.Message) error { outs = append(outs, m); return nil })})
 		if err != nil {
 			t.Fatal(err)

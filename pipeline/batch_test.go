@@ -25,7 +25,7 @@ func TestHandleBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	r := newRig(t, pubsubio.Insecure(addr), rigOpts{dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}}})
+	r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}})
 	batch := func(specs ...[2]string) []pipeline.Outcome {
 		ms := make([]*pubsub.Message, len(specs))
 		for i, s := range specs {
@@ -67,7 +67,7 @@ func TestRunBatch(t *testing.T) {
 		t.Cleanup(stop)
 		return addr
 	}, func(t *testing.T, host string) {
-		r := newRig(t, pubsubio.Insecure(host), rigOpts{dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}}})
+		r := newRig(t, pubsubio.Insecure(host), rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}})
 		in, err := pull.New(r.c.SubscriptionAdminClient, r.inSub.String(), pull.Options{Streams: 2})
 		if err != nil {
 			t.Fatal(err)

@@ -42,7 +42,7 @@ func TestRedeliveryAfterAckDeadline(t *testing.T) {
 	skew := time.Duration(0)
 	srv.SetTimeNowFunc(func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(skew) })
 
-	r := newRig(t, conn, rigOpts{dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}}})
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}})
 	inSub.Store(r.inSub.String())
 	r.start()
 	id := r.publish("Message 1", map[string]string{"key": "123"})
@@ -80,7 +80,7 @@ func TestSinkFailureReleasesAndRecovers(t *testing.T) {
 		return false, nil, nil
 	})}
 	_, conn := newPstest(t, failOutput)
-	r := newRig(t, conn, rigOpts{dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}}})
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}})
 	outTopic.Store(r.out.String())
 	r.start()
 	r.publish("Message 1", map[string]string{"key": "123"})
@@ -104,7 +104,7 @@ func TestHorizon(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	_, conn := newPstest(t)
-	r := newRig(t, conn, rigOpts{dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute}, Now: clock}})
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute}}, now: clock})
 	r.start()
 	r.publish("first", map[string]string{"key": "k"})
 	r.waitCounts("first", func(c pipeline.Counts) bool { return c.Emitted == 1 })
@@ -137,7 +137,7 @@ func TestMissingIDPolicies(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			_, conn := newPstest(t)
-			r := newRig(t, conn, rigOpts{deadLetter: true, dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key", Missing: c.policy, ProducerAttribute: "source"}}})
+			r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key", Missing: c.policy, ProducerAttribute: "source"}}, deadLetter: true})
 			r.start()
 			ids := map[string]bool{}
 			for i := 0; i < 2; i++ {
@@ -174,7 +174,7 @@ func TestMissingIDPolicies(t *testing.T) {
 func TestGarbledTimestamp(t *testing.T) {
 	t.Run("to the dead-letter topic", func(t *testing.T) {
 		_, conn := newPstest(t)
-		r := newRig(t, conn, rigOpts{deadLetter: true, dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key", TimestampAttribute: "occurred_at"}}})
+		r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key", TimestampAttribute: "occurred_at"}}, deadLetter: true})
 		r.start()
 		r.publish("good", map[string]string{"key": "a", "occurred_at": "1700000000123"})
 		r.publish("bad", map[string]string{"key": "b", "occurred_at": "last tuesday"})
@@ -193,7 +193,7 @@ func TestGarbledTimestamp(t *testing.T) {
 	t.Run("without a dead-letter topic it is nacked, not dropped", func(t *testing.T) {
 		srv, conn := newPstest(t)
 		var logs testenv.Buffer
-		r := newRig(t, conn, rigOpts{log: slog.New(slog.NewTextHandler(&logs, nil)), dedup: dedup.Options{Policy: dedup.Policy{TimestampAttribute: "occurred_at"}}})
+		r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{TimestampAttribute: "occurred_at"}}, log: slog.New(slog.NewTextHandler(&logs, nil))})
 		r.start()
 		id := r.publish("bad", map[string]string{"occurred_at": "soon"})
 		r.waitCounts("nacks", func(c pipeline.Counts) bool { return c.Retried >= 3 })
@@ -224,7 +224,7 @@ func TestGarbledTimestamp(t *testing.T) {
 // Shadow mode decides and counts as usual but emits every message.
 func TestShadow(t *testing.T) {
 	_, conn := newPstest(t)
-	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Shadow: true}, dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}}})
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}, Shadow: true}})
 	r.start()
 	for _, m := range []string{"a", "b", "c"} {
 		r.publish(m, map[string]string{"key": "same"})

@@ -37,7 +37,7 @@ func TestPermanentSinkErrorDeadLetters(t *testing.T) {
 		}
 		return false, nil, nil
 	})})
-	r := newRig(t, conn, rigOpts{deadLetter: true, cfg: pipeline.Config{OutputIDAttribute: "dedup_key"}, dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}}})
+	r := newRig(t, conn, rigOpts{deadLetter: true, cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}, OutputIDAttribute: "dedup_key"}})
 	outTopic.Store(r.out.String())
 	r.start()
 	id := r.publish("refused", map[string]string{"key": "k1"})
@@ -62,7 +62,7 @@ func TestPermanentSinkErrorDeadLetters(t *testing.T) {
 // so it is wrapped; a reason longer than an attribute value is cut.
 func TestDeadLetterAtPubSubLimits(t *testing.T) {
 	addr := brokerHost(t)
-	r := newRig(t, pubsubio.Insecure(addr), rigOpts{deadLetter: true, dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key", TimestampAttribute: "ts"}}})
+	r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key", TimestampAttribute: "ts"}}, deadLetter: true})
 	r.start()
 	full := map[string]string{"ts": "1700000000000"}
 	for i := len(full); i < 100; i++ {
@@ -101,7 +101,7 @@ func TestDeadLetterAtPubSubLimits(t *testing.T) {
 // attributes, the reason and the data's size.
 func TestDeadLetterNearTenMegabytes(t *testing.T) {
 	addr := brokerHost(t)
-	r := newRig(t, pubsubio.Insecure(addr), rigOpts{deadLetter: true, cfg: pipeline.Config{OutputIDAttribute: "dedup_key"}, dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}}})
+	r := newRig(t, pubsubio.Insecure(addr), rigOpts{deadLetter: true, cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}, OutputIDAttribute: "dedup_key"}})
 	r.start()
 	// With key=k1, 9,999,995 bytes, as the broker takes through REST (the
 	// Go client's bundles stop short of it).
@@ -148,7 +148,7 @@ func TestDeadLetterRefusedToo(t *testing.T) {
 		return false, nil, nil
 	})})
 	var logs testenv.Buffer
-	r := newRig(t, conn, rigOpts{deadLetter: true, log: slog.New(slog.NewTextHandler(&logs, nil)), dedup: dedup.Options{Policy: dedup.Policy{TimestampAttribute: "occurred_at"}}})
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{TimestampAttribute: "occurred_at"}}, deadLetter: true, log: slog.New(slog.NewTextHandler(&logs, nil))})
 	dlTopic.Store(r.dl.String())
 	r.start()
 	id := r.publish("bad", map[string]string{"occurred_at": "soon"})

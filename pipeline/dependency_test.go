@@ -21,15 +21,11 @@ import (
 // while the store stays 1; without a dead-letter topic there is no
 // dead_letter series.
 func TestDependencyUpGauge(t *testing.T) {
-	dd, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var failing atomic.Bool
 	failing.Store(true)
 	reg := prometheus.NewRegistry()
-	p, err := pipeline.New(pipeline.Config{}, pipeline.Deps{
-		Deduper: dd, Logger: testLogger(t), Registerer: reg,
+	p, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}, pipeline.Deps{
+		Store: mem.New(), Logger: testLogger(t), Registerer: reg,
 		Sink: sinkFunc(func(context.Context, *sink.Message) error {
 			if failing.Load() {
 				return errors.New("injected: sink down")

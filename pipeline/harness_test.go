@@ -41,7 +41,7 @@ type rig struct {
 
 type rigOpts struct {
 	cfg        pipeline.Config
-	dedup      dedup.Options
+	now        func() time.Time // nil: time.Now
 	deadLetter bool
 	store      dedup.Store
 	log        *slog.Logger // nil: testLogger
@@ -84,17 +84,13 @@ func newRig(t *testing.T, conn []option.ClientOption, o rigOpts) *rig {
 	if st == nil {
 		st = mem.New()
 	}
-	dd, err := dedup.New(st, o.dedup)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sink := topic.New(c, r.out, 5*time.Second)
 	t.Cleanup(sink.Stop)
 	log := o.log
 	if log == nil {
 		log = testLogger(t)
 	}
-	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: log, Now: o.dedup.Now}
+	deps := pipeline.Deps{Store: st, Sink: sink, Logger: log, Now: o.now}
 	if o.deadLetter {
 		dl := topic.New(c, r.dl, 5*time.Second)
 		t.Cleanup(dl.Stop)

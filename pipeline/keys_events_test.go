@@ -30,7 +30,7 @@ import (
 // ID and is counted as missing its key.
 func TestKeyFromJSONBody(t *testing.T) {
 	_, conn := newPstest(t)
-	r := newRig(t, conn, rigOpts{dedup: dedup.Options{Policy: dedup.Policy{From: dedup.KeyFromJSON, Path: "order.id"}}})
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{From: dedup.KeyFromJSON, Path: "order.id"}}})
 	r.start()
 	r.publish(`{"order":{"id":"A-17","total":3}}`, nil)
 	r.waitCounts("first", func(c pipeline.Counts) bool { return c.Emitted == 1 })
@@ -50,7 +50,7 @@ func TestKeyFromJSONBody(t *testing.T) {
 // and the output carries the hex SHA-256 as its key.
 func TestKeyFromHash(t *testing.T) {
 	_, conn := newPstest(t)
-	r := newRig(t, conn, rigOpts{dedup: dedup.Options{Policy: dedup.Policy{From: dedup.KeyFromHash}}})
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{From: dedup.KeyFromHash}}})
 	r.start()
 	r.publish("same body", map[string]string{"try": "1"})
 	r.waitCounts("first", func(c pipeline.Counts) bool { return c.Emitted == 1 })
@@ -80,7 +80,7 @@ func TestEventTimeDomain(t *testing.T) {
 		t.Run(late.String(), func(t *testing.T) {
 			_, conn := newPstest(t)
 			clock := func() time.Time { return t0.Add(time.Hour) } // processing time is far ahead: replaying a backlog
-			r := newRig(t, conn, rigOpts{deadLetter: true, dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key", TimestampAttribute: "ts", Late: late, Horizon: time.Minute, TimeDomain: dedup.EventTime, AllowedLateness: 30 * time.Second}, Now: clock}})
+			r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key", TimestampAttribute: "ts", Late: late, Horizon: time.Minute, TimeDomain: dedup.EventTime, AllowedLateness: 30 * time.Second}}, deadLetter: true, now: clock})
 			r.start()
 			// Key k1 (1000+s) at event second s; k2 and k3 only move the watermark.
 			steps := []struct {
@@ -133,7 +133,7 @@ func TestAuditMarksLateCopy(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	_, conn := newPstest(t)
-	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Audit: audit.Options{Horizon: 24 * time.Hour, Capacity: 1000}}, dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute}, Now: clock}})
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute}, Audit: audit.Options{Horizon: 24 * time.Hour, Capacity: 1000}}, now: clock})
 	r.start()
 	r.publish("first", map[string]string{"key": "k"})
 	r.waitCounts("first", func(c pipeline.Counts) bool { return c.Emitted == 1 })
@@ -178,14 +178,10 @@ func TestAuditFileAcrossRestartAndMetrics(t *testing.T) {
 	path := t.TempDir() + "/state.db.audit"
 	var outs []*sink.Message
 	newPipeline := func(reg prometheus.Registerer) *pipeline.Pipeline {
-		dd, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute}, Now: clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := pipeline.New(pipeline.Config{
+		p, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute},
 			Audit:     audit.Options{Horizon: 7 * 24 * time.Hour, Capacity: 10_000},
 			AuditFile: path},
-			pipeline.Deps{Deduper: dd, Logger: testLogger(t), Now: clock, Registerer: reg,
+			pipeline.Deps{Store: mem.New(), Logger: testLogger(t), Now: clock, Registerer: reg,
 				Sink: sinkFunc(func(_ context.Context, m *sink.Message) error { outs = append(outs, m); return nil })})
 		if err != nil {
 			t.Fatal(err)
@@ -278,7 +274,7 @@ func TestKeylessAndKeyedNeverCollide(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			addr := brokerHost(t)
-			r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{OutputIDAttribute: "key"}, dedup: dedup.Options{Policy: c.rule}})
+			r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{Policy: c.rule, OutputIDAttribute: "key"}})
 			r.start()
 			id := r.publish("keyless", nil)
 			data, attrs := c.keyed(id)
@@ -311,13 +307,9 @@ func (s *refusingSink) Write(context.Context, *sink.Message) error {
 // key released, so nothing is lost.
 func TestFatalSinkErrorStopsRun(t *testing.T) {
 	srv, conn := newPstest(t)
-	r := newRig(t, conn, rigOpts{dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "event_id"}}})
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "event_id"}}})
 	s := &refusingSink{}
-	dd, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{IDAttribute: "event_id"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := pipeline.New(pipeline.Config{}, pipeline.Deps{Deduper: dd, Sink: s})
+	p, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: "event_id"}}, pipeline.Deps{Store: mem.New(), Sink: s})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,9 +50,13 @@ const (
 	DefaultAuditSaveEvery = time.Minute
 )
 
-// Config configures a Pipeline. The dedup policy (the key, the event time,
-// the horizon, the late policy) is its Deduper's (dedup.Options.Policy).
+// Config configures a Pipeline.
 type Config struct {
+	// Policy is how messages are deduped, as in the consumer: the key, the
+	// event time, the horizon and the lease (see dedup.Policy). A message
+	// without a usable key or event time, or too late to judge under
+	// dedup.LateDeadLetter, goes to the dead-letter topic.
+	dedup.Policy
 	// OutputIDAttribute carries the key on outputs.
 	OutputIDAttribute string
 	// WriteTimeout bounds one sink write; it must be shorter than the lease.
@@ -70,9 +74,39 @@ type Config struct {
 	AuditSaveEvery time.Duration
 }
 
+// Validate checks the configuration and fills its defaults: the policy's,
+// the output id attribute (the id attribute, else DefaultIDAttribute), the
+// write timeout (half the lease) and how often the audit is saved.
+func (c *Config) Validate() error {
+	if err := c.Policy.Validate(); err != nil {
+		return err
+	}
+	if c.OutputIDAttribute == "" {
+		c.OutputIDAttribute = c.IDAttribute
+		if c.OutputIDAttribute == "" {
+			c.OutputIDAttribute = DefaultIDAttribute
+		}
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = c.Lease / 2
+	}
+	if c.WriteTimeout >= c.Lease {
+		return fmt.Errorf("write timeout %v must be shorter than the claim lease %v", c.WriteTimeout, c.Lease)
+	}
+	if c.Audit.Horizon > 0 && c.Audit.Horizon <= c.Horizon {
+		return fmt.Errorf("audit horizon %v must be longer than the dedup horizon %v", c.Audit.Horizon, c.Horizon)
+	}
+	if c.AuditSaveEvery <= 0 {
+		c.AuditSaveEvery = DefaultAuditSaveEvery
+	}
+	return nil
+}
+
 // Deps are what a Pipeline talks to.
 type Deps struct {
-	Deduper    *dedup.Deduper
+	// Store holds the claimed and written keys: store/mem, store/disk,
+	// store/redis.
+	Store      dedup.Store
 	Sink       sink.Sink
 	DeadLetter sink.Sink // nil: invalid messages are nacked and logged
 	Logger     *slog.Logger
@@ -88,7 +122,6 @@ type Deps struct {
 // Pipeline dedups one stream.
 type Pipeline struct {
 	cfg  Config
-	pol  dedup.Policy // the Deduper's
 	gate *gate.Gate
 	sink sink.Sink
 	dl   sink.Sink
@@ -103,32 +136,23 @@ type Pipeline struct {
 
 // New validates cfg and returns a Pipeline.
 func New(cfg Config, d Deps) (*Pipeline, error) {
-	if d.Deduper == nil || d.Sink == nil {
-		return nil, errors.New("pipeline needs a deduper and a sink")
+	if d.Store == nil || d.Sink == nil {
+		return nil, errors.New("pipeline needs a store and a sink")
 	}
-	if cfg.OutputIDAttribute == "" {
-		cfg.OutputIDAttribute = d.Deduper.Policy().IDAttribute
-		if cfg.OutputIDAttribute == "" {
-			cfg.OutputIDAttribute = DefaultIDAttribute
-		}
-	}
-	if cfg.WriteTimeout == 0 {
-		cfg.WriteTimeout = d.Deduper.Lease() / 2
-	}
-	if cfg.WriteTimeout >= d.Deduper.Lease() {
-		return nil, fmt.Errorf("write timeout %v must be shorter than the claim lease %v", cfg.WriteTimeout, d.Deduper.Lease())
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Pipeline{cfg: cfg, pol: d.Deduper.Policy(), sink: d.Sink, dl: d.DeadLetter, log: d.Logger, reg: d.Registerer}
+	p := &Pipeline{cfg: cfg, sink: d.Sink, dl: d.DeadLetter, log: d.Logger, reg: d.Registerer}
 	if cfg.Audit.Horizon > 0 {
 		if err := p.openAudit(d); err != nil {
 			return nil, err
 		}
 	}
 	gc := gate.Config{
-		Shadow: cfg.Shadow, Audit: p.audit, Deduper: d.Deduper,
+		Policy: cfg.Policy, Store: d.Store, Shadow: cfg.Shadow, Audit: p.audit,
 		// The write outlives a shutdown signal: finishing it (and acking)
 		// is better than leaving a key pending until its lease runs out.
 		Work:          gate.Work{Name: "sink", Do: p.write, DoBatch: p.writeBatch, Dependency: true, Outlive: true},
@@ -163,9 +187,6 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 
 func (p *Pipeline) openAudit(d Deps) error {
 	cfg := &p.cfg
-	if cfg.Audit.Horizon <= d.Deduper.Horizon() {
-		return fmt.Errorf("audit horizon %v must be longer than the dedup horizon %v", cfg.Audit.Horizon, d.Deduper.Horizon())
-	}
 	if cfg.Audit.Logger == nil {
 		cfg.Audit.Logger = d.Logger
 	}
@@ -181,9 +202,6 @@ func (p *Pipeline) openAudit(d Deps) error {
 	p.log.Info("audit horizon on: copies after the dedup horizon are marked, not dropped",
 		"audit_horizon", cfg.Audit.Horizon.String(), "capacity", cfg.Audit.Capacity,
 		"false_positive", cfg.Audit.FalsePositive, "bytes", a.Stats().Bytes, "kept_in", keptIn(p.auditTarget))
-	if cfg.AuditSaveEvery <= 0 {
-		cfg.AuditSaveEvery = DefaultAuditSaveEvery
-	}
 	return nil
 }
 

@@ -16,7 +16,7 @@ import (
 // seed acts out the tutorial: Message 1 with key 123, then Messages 2, 3
 // and 4 with key 456; only Message 1 and Message 2 come through.
 func seed(t *testing.T, conn []option.ClientOption) {
-	r := newRig(t, conn, rigOpts{dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}}})
+	r := newRig(t, conn, rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}})
 	r.start()
 	r.publish("Message 1", map[string]string{"key": "123"})
 	for i, m := range []string{"Message 2", "Message 3", "Message 4"} {

@@ -39,7 +39,7 @@ func (p *Pipeline) ServePush(ctx context.Context, ln net.Listener, o PushOptions
 		o.Drain = p.cfg.WriteTimeout + time.Second
 	}
 	s := &push.Server{Pass: p.gate.Pass, Stopped: p.gate.Err, Verify: o.Verify, Logger: p.log,
-		Attributes: []string{p.pol.IDAttribute, p.pol.ProducerAttribute, p.pol.TimestampAttribute},
+		Attributes: []string{p.cfg.IDAttribute, p.cfg.ProducerAttribute, p.cfg.TimestampAttribute},
 		Malformed:  push.NewMalformed()}
 	if p.reg != nil {
 		if err := p.reg.Register(s.Malformed); err != nil {

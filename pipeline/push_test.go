@@ -24,7 +24,7 @@ func TestServePush(t *testing.T) {
 }
 
 func servePushSeed(t *testing.T, host string) {
-	r := newRig(t, pubsubio.Insecure(host), rigOpts{dedup: dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}}})
+	r := newRig(t, pubsubio.Insecure(host), rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -37,14 +37,10 @@ func TestPipelineEmitsRetriedEventOnce(t *testing.T) {
 		}
 	}
 
-	dd, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{IDAttribute: "event_id"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sink := topic.New(c, out, 5*time.Second)
 	t.Cleanup(sink.Stop)
-	pl, err := pipeline.New(pipeline.Config{},
-		pipeline.Deps{Deduper: dd, Sink: sink, Logger: slog.New(slog.DiscardHandler)})
+	pl, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: "event_id"}},
+		pipeline.Deps{Store: mem.New(), Sink: sink, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,13 +41,9 @@ func (c *fakeClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.U
 // as JSON.
 func TestAdvise(t *testing.T) {
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	dd, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{IDAttribute: "event_id"}, Now: clock.now})
-	if err != nil {
-		t.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
-	p, err := pipeline.New(pipeline.Config{},
-		pipeline.Deps{Deduper: dd, Sink: nopSink{}, Registerer: reg, Now: clock.now})
+	p, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: "event_id"}},
+		pipeline.Deps{Store: mem.New(), Sink: nopSink{}, Registerer: reg, Now: clock.now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestEventAndAuditFlags(t *testing.T) {
 		{args: []string{"--key-from", "json:order.id", "--time-domain", "event", "--allowed-lateness", "2m",
 			"--audit-horizon", "7d", "--audit-fp", "0.01", "--audit-capacity", "1000", "--state", "file:/var/lib/d/state.db"},
 			ok: func(t *testing.T, c jobConfig) {
-				cfg, opt := c.pipeline, c.dedup
+				cfg, opt := c.pipeline, c.pipeline.Policy
 				if opt.From != dedup.KeyFromJSON || opt.Path != "order.id" || opt.TimeDomain != dedup.EventTime ||
 					opt.AllowedLateness != 2*time.Minute || cfg.Audit.Horizon != 7*24*time.Hour || cfg.Audit.FalsePositive != 0.01 ||
 					cfg.Audit.Capacity != 1000 || cfg.AuditFile != "/var/lib/d/state.db.audit" {
@@ -33,7 +33,7 @@ func TestEventAndAuditFlags(t *testing.T) {
 				}
 			}},
 		{args: []string{"--key-from", "hash", "--missing-id", "pass"}, ok: func(t *testing.T, c jobConfig) {
-			if cfg := c.pipeline; c.dedup.From != dedup.KeyFromHash || cfg.Audit.Horizon != 0 {
+			if cfg := c.pipeline; c.pipeline.From != dedup.KeyFromHash || cfg.Audit.Horizon != 0 {
 				t.Fatalf("%+v", cfg)
 			}
 		}},

@@ -130,7 +130,6 @@ type jobConfig struct {
 	out            pubsubio.Name
 	deadLetter     pubsubio.Name // ID empty: none
 	pipeline       pipeline.Config
-	dedup          dedup.Options
 	state          stateSpec
 	sink           sinkSpec
 	maxOutstanding int
@@ -172,14 +171,12 @@ func (j *jobFlags) config() (jobConfig, error) {
 		return c, fmt.Errorf("--batch-wait %v: want 0 (hand over at once what has arrived) to 1s", j.receive.batchWait)
 	}
 	c.receive = j.receive
-	// A copy of a key this process is writing waits for that write (it
-	// ends within a lease) rather than being nacked and redelivered.
-	c.dedup.Horizon, c.dedup.AllowedLateness, c.dedup.LocalWait = j.time.horizon, j.time.lateness, dedup.DefaultLease
+	c.pipeline.Horizon, c.pipeline.AllowedLateness = j.time.horizon, j.time.lateness
 	if j.time.horizon < dedup.MinHorizon {
 		return c, fmt.Errorf("--horizon %v is below the minimum of %v", j.time.horizon, dedup.MinHorizon)
 	}
 	var err error
-	if c.dedup.HorizonMode, err = dedup.ParseHorizonMode(j.time.mode); err != nil {
+	if c.pipeline.HorizonMode, err = dedup.ParseHorizonMode(j.time.mode); err != nil {
 		return c, fmt.Errorf("--horizon-mode: %w", err)
 	}
 	if c.state, err = parseState(j.state, j.time.horizon); err != nil {
@@ -188,7 +185,7 @@ func (j *jobFlags) config() (jobConfig, error) {
 	if err := j.eventConfig(&c); err != nil {
 		return c, err
 	}
-	c.dedup.TimestampAttribute = j.time.tsAttr
+	c.pipeline.TimestampAttribute = j.time.tsAttr
 	c.pipeline.Shadow = j.shadow
 	return c, nil
 }
@@ -282,8 +279,8 @@ func (j *jobFlags) keyConfig(c *jobConfig) error {
 	case missing == dedup.Reject && j.names.deadLetter == "":
 		return errors.New("--missing-id reject needs --dead-letter-topic to send rejected messages to")
 	}
-	c.dedup.IDAttribute, c.dedup.Missing, c.dedup.From, c.dedup.Path = k.idAttr, missing, from, path
-	c.dedup.ProducerAttribute, c.pipeline.OutputIDAttribute = k.producerAttr, k.outIDAttr
+	c.pipeline.IDAttribute, c.pipeline.Missing, c.pipeline.From, c.pipeline.Path = k.idAttr, missing, from, path
+	c.pipeline.ProducerAttribute, c.pipeline.OutputIDAttribute = k.producerAttr, k.outIDAttr
 	return nil
 }
 
@@ -291,16 +288,16 @@ func (j *jobFlags) keyConfig(c *jobConfig) error {
 func (j *jobFlags) eventConfig(c *jobConfig) error {
 	t, a := j.time, j.audit
 	var err error
-	if c.dedup.TimeDomain, err = dedup.ParseTimeDomain(t.domain); err != nil {
+	if c.pipeline.TimeDomain, err = dedup.ParseTimeDomain(t.domain); err != nil {
 		return fmt.Errorf("--time-domain: %w", err)
 	}
 	if t.lateness < 0 {
 		return fmt.Errorf("--allowed-lateness %v must not be negative", t.lateness)
 	}
-	if c.dedup.Late, err = dedup.ParseLate(t.late); err != nil {
+	if c.pipeline.Late, err = dedup.ParseLate(t.late); err != nil {
 		return fmt.Errorf("--late: %w", err)
 	}
-	if c.dedup.Late == dedup.LateDeadLetter && (c.dedup.TimeDomain != dedup.EventTime || j.names.deadLetter == "") {
+	if c.pipeline.Late == dedup.LateDeadLetter && (c.pipeline.TimeDomain != dedup.EventTime || j.names.deadLetter == "") {
 		return errors.New("--late dead-letter needs --time-domain event and --dead-letter-topic")
 	}
 	if a.horizon == 0 {

@@ -11,7 +11,6 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/dedupflow/dedupflow/audit/redisaudit"
-	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/pull"
 	"github.com/dedupflow/dedupflow/internal/pushauth"
 	"github.com/dedupflow/dedupflow/internal/redact"
@@ -81,25 +80,21 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 		// field, as log pipelines expect beside message_id.
 		mlog = log.With("subscription", sub.String())
 	}
-	st, closeStore, err := openState(ctx, cfg.state, cfg.dedup, log)
+	st, closeStore, err := openState(ctx, cfg.state, cfg.pipeline.Policy, log)
 	if err != nil {
 		return err
 	}
 	defer func() { closeStore(err != nil) }()
-	opt := cfg.dedup
-	opt.Now = time.Now
-	dd, err := dedup.New(st, opt)
-	if err != nil {
+	pc := cfg.pipeline
+	if err := pc.Validate(); err != nil { // fills the write timeout the sinks are opened with
 		return err
 	}
-	pc := cfg.pipeline
-	pc.WriteTimeout = dd.Lease() / 2
 	sink, closeSink, err := openSink(ctx, cfg.sink, sinkWiring{client: c, topic: cfg.out, timeout: pc.WriteTimeout, stdout: stdout, log: log})
 	if err != nil {
 		return err
 	}
 	defer closeSink()
-	deps := pipeline.Deps{Deduper: dd, Sink: sink, Logger: mlog, Now: time.Now}
+	deps := pipeline.Deps{Store: st, Sink: sink, Logger: mlog, Now: time.Now}
 	if cfg.deadLetter.ID != "" {
 		dl := topic.New(c, cfg.deadLetter, pc.WriteTimeout)
 		defer dl.Stop()
@@ -145,7 +140,7 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 // --receiver names.
 func pullInput(ctx context.Context, c *pubsub.Client, p *pipeline.Pipeline, sub *pubsub.Subscriber, cfg *jobConfig, log *slog.Logger, started func(*pipeline.Pipeline)) error {
 	log.Info("pipeline running", "input", sub.String(), "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
-		"id_attribute", cfg.dedup.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.HorizonMode.String(),
+		"id_attribute", cfg.pipeline.IDAttribute, "horizon", cfg.pipeline.Horizon.String(), "horizon_mode", cfg.pipeline.HorizonMode.String(),
 		"state", redact.URL(cfg.state.spec), "shadow", cfg.pipeline.Shadow)
 	if started != nil {
 		started(p)
@@ -179,7 +174,7 @@ func servePush(ctx context.Context, p *pipeline.Pipeline, cfg *jobConfig, log *s
 	}
 	log.Info("pipeline running", "push_endpoint", endpoint,
 		"configure", "set the push subscription's endpoint to push_endpoint (on Cloud Run: the service's https URL with this path)", "sink", sinkLabel(cfg.sink.url), "output", cfg.outputLabel(),
-		"id_attribute", cfg.dedup.IDAttribute, "horizon", cfg.dedup.Horizon.String(), "horizon_mode", cfg.dedup.HorizonMode.String(),
+		"id_attribute", cfg.pipeline.IDAttribute, "horizon", cfg.pipeline.Horizon.String(), "horizon_mode", cfg.pipeline.HorizonMode.String(),
 		"state", redact.URL(cfg.state.spec))
 	if started != nil {
 		started(p)

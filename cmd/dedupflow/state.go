@@ -39,11 +39,11 @@ func parseState(spec string, horizon time.Duration) (stateSpec, error) {
 	return s, nil
 }
 
-// openState opens the store of --state for the dedup options o. Its close
+// openState opens the store of --state for the dedup policy o. Its close
 // takes whether the start failed: a disk store folder this start created
 // and that holds no key is then removed, so a failed start (a metrics port
 // in use) leaves no empty store behind.
-func openState(ctx context.Context, s stateSpec, o dedup.Options, log *slog.Logger) (dedup.Store, func(failed bool), error) {
+func openState(ctx context.Context, s stateSpec, o dedup.Policy, log *slog.Logger) (dedup.Store, func(failed bool), error) {
 	created := false
 	if s.path != "" {
 		_, err := os.Stat(s.path)

@@ -174,9 +174,9 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 		PipelineSubscription: n.pipelineSub,
 		OutputTopic:          n.out,
 		OutputSubscription:   n.consoleSub,
-		IDAttribute:          u.job.dedup.IDAttribute,
-		EventTimeAttribute:   u.job.dedup.TimestampAttribute,
-		Horizon:              u.job.dedup.Horizon,
+		IDAttribute:          u.job.pipeline.IDAttribute,
+		EventTimeAttribute:   u.job.pipeline.TimestampAttribute,
+		Horizon:              u.job.pipeline.Horizon,
 		Counts: func() pipeline.Counts {
 			pmu.Lock()
 			defer pmu.Unlock()
@@ -210,7 +210,7 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 			pmu.Lock()
 			p = pp
 			pmu.Unlock()
-			banner.Do(func() { printBanner(stdout, consoleURL, brokerAddr, u.job.project, u.job.dedup.IDAttribute) })
+			banner.Do(func() { printBanner(stdout, consoleURL, brokerAddr, u.job.project, u.job.pipeline.IDAttribute) })
 		})
 		if e == nil && gctx.Err() == nil {
 			e = errors.New("pipeline stopped unexpectedly")
@@ -249,7 +249,7 @@ func (u *upConfig) createResources(ctx context.Context, c *pubsub.Client) (upNam
 	// console can seek it back and act out a redelivery. A retention as
 	// long as the horizon (at least an hour) covers every replay that can
 	// still be a duplicate.
-	retention := max(time.Hour, u.job.dedup.Horizon)
+	retention := max(time.Hour, u.job.pipeline.Horizon)
 	_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
 		Name: n.pipelineSub.String(), Topic: n.in.String(), AckDeadlineSeconds: 60,
 		RetainAckedMessages: true, MessageRetentionDuration: durationpb.New(min(retention, 7*24*time.Hour)),

@@ -36,7 +36,7 @@ func (g *Gate) PassBatch(ctx context.Context, ins []*pubsub.Message, outs []outc
 				o = outcome.Retried
 				outs[i] = o
 			}
-			if a := g.pol.ProducerAttribute; a != "" {
+			if a := g.cfg.ProducerAttribute; a != "" {
 				g.m.CountFrom(o, ins[i].Attributes[a])
 			} else {
 				g.m.Count(o)

@@ -62,10 +62,6 @@ func newRig(t *testing.T, s dedup.Store, missing dedup.Missing) *rig {
 // newRigIn is newRig in the time domain domain.
 func newRigIn(t *testing.T, s dedup.Store, missing dedup.Missing, domain dedup.TimeDomain) *rig {
 	t.Helper()
-	dd, err := dedup.New(s, dedup.Options{Policy: dedup.Policy{IDAttribute: "key", Missing: missing, TimeDomain: domain}, LocalWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := &rig{}
 	do := func(_ context.Context, it *Item) error {
 		switch string(it.In.Data) {
@@ -81,8 +77,10 @@ func newRigIn(t *testing.T, s dedup.Store, missing dedup.Missing, domain dedup.T
 		r.mu.Unlock()
 		return nil
 	}
+	var err error
 	r.g, err = New(Config{
-		Deduper: dd,
+		Policy: dedup.Policy{IDAttribute: "key", Missing: missing, TimeDomain: domain},
+		Store:  s,
 		Work: Work{Name: "sink", Do: do, Dependency: true, DoBatch: func(ctx context.Context, its []*Item, errs []error) {
 			r.mu.Lock()
 			r.batches++

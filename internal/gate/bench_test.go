@@ -33,11 +33,7 @@ func BenchmarkPass(b *testing.B) {
 		delays, parallel bool
 	}{{"with-delays", true, false}, {"without-delays", false, false}, {"parallel", true, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			dd, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}, LocalWait: dedup.DefaultLease})
-			if err != nil {
-				b.Fatal(err)
-			}
-			g, err := New(Config{Deduper: dd,
+			g, err := New(Config{Policy: dedup.Policy{IDAttribute: "key"}, Store: mem.New(),
 				Work: Work{Name: "sink", Do: func(context.Context, *Item) error { return nil }, Dependency: true}})
 			if err != nil {
 				b.Fatal(err)
@@ -87,12 +83,8 @@ func BenchmarkPass(b *testing.B) {
 func BenchmarkPassBatch(b *testing.B) {
 	for _, size := range []int{1, 500} {
 		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
-			dd, err := dedup.New(mem.New(), dedup.Options{Policy: dedup.Policy{IDAttribute: "key"}, LocalWait: dedup.DefaultLease})
-			if err != nil {
-				b.Fatal(err)
-			}
 			nop := func(context.Context, *Item) error { return nil }
-			g, err := New(Config{Deduper: dd,
+			g, err := New(Config{Policy: dedup.Policy{IDAttribute: "key"}, Store: mem.New(),
 				Work: Work{Name: "sink", Do: nop, Dependency: true, DoBatch: func(context.Context, []*Item, []error) {}}})
 			if err != nil {
 				b.Fatal(err)

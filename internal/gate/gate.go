@@ -73,9 +73,13 @@ type Work struct {
 	Outlive bool
 }
 
-// Config configures a Gate. The dedup policy (the key, the event time,
-// the late policy) is the Deduper's.
+// Config configures a Gate.
 type Config struct {
+	// Policy is how messages are deduped: the key, the event time, the
+	// horizon and the lease. The gate's Deduper is made from it.
+	dedup.Policy
+	// Store holds the claimed and written keys.
+	Store dedup.Store
 	// Shadow makes and counts every decision but does the work for every
 	// message, to measure duplicate rates before turning dedup on.
 	Shadow bool
@@ -83,8 +87,7 @@ type Config struct {
 	// late duplicates.
 	Audit *audit.Filter
 
-	Deduper *dedup.Deduper
-	Work    Work
+	Work Work
 	// Reject takes a message that cannot be used (no usable key or time,
 	// a permanent work error) aside; nil from it acks the message. Nil
 	// Reject: such a message is held back and nacked, logged with Hint
@@ -108,7 +111,6 @@ type Config struct {
 type Gate struct {
 	cfg  Config
 	dd   *dedup.Deduper
-	pol  dedup.Policy // the Deduper's
 	log  *slog.Logger
 	now  func() time.Time
 	m    *metrics
@@ -126,8 +128,11 @@ type Gate struct {
 
 // New validates cfg and returns a Gate.
 func New(cfg Config) (*Gate, error) {
-	if cfg.Deduper == nil || cfg.Work.Do == nil || cfg.Work.Name == "" {
-		return nil, errors.New("gate needs a deduper and named work")
+	if cfg.Store == nil || cfg.Work.Do == nil || cfg.Work.Name == "" {
+		return nil, errors.New("gate needs a store and named work")
+	}
+	if err := cfg.Policy.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -136,12 +141,18 @@ func New(cfg Config) (*Gate, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.SettleTimeout <= 0 {
-		cfg.SettleTimeout = cfg.Deduper.Lease() / 2
+		cfg.SettleTimeout = cfg.Lease / 2
+	}
+	// A copy of a key this process is writing waits for that write (it
+	// ends within a lease) rather than being nacked and redelivered.
+	dd, err := dedup.New(cfg.Store, dedup.Options{Policy: cfg.Policy, Now: cfg.Now, LocalWait: cfg.Lease})
+	if err != nil {
+		return nil, err
 	}
 	if cfg.RejectName == "" {
 		cfg.RejectName = "dead-letter destination"
 	}
-	g := &Gate{cfg: cfg, dd: cfg.Deduper, pol: cfg.Deduper.Policy(), log: cfg.Logger, now: cfg.Now, by: newDeadlines(cfg.SettleTimeout),
+	g := &Gate{cfg: cfg, dd: dd, log: cfg.Logger, now: cfg.Now, by: newDeadlines(cfg.SettleTimeout),
 		done: make(chan struct{})}
 	var auditHorizon time.Duration
 	if cfg.Audit != nil {
@@ -225,7 +236,7 @@ func (g *Gate) Pass(ctx context.Context, in *pubsub.Message) (o outcome.Outcome)
 		if !settled { // unwinding from a panic in the work or a callback
 			o = outcome.Retried
 		}
-		if a := g.pol.ProducerAttribute; a != "" {
+		if a := g.cfg.ProducerAttribute; a != "" {
 			g.m.CountFrom(o, in.Attributes[a])
 		} else {
 			g.m.Count(o)
@@ -259,16 +270,16 @@ func (g *Gate) pass(ctx context.Context, in *pubsub.Message) outcome.Outcome {
 // work on without dedup comes back with Source SourceNone.
 func (g *Gate) keyed(ctx context.Context, in *pubsub.Message) (*Item, outcome.Outcome) {
 	it := &Item{In: in, EventTime: in.PublishTime}
-	if a := g.pol.TimestampAttribute; a != "" {
+	if a := g.cfg.TimestampAttribute; a != "" {
 		t, err := dedup.ParseTimestamp(in.Attributes[a])
 		if err != nil {
 			return nil, g.reject(ctx, in, fmt.Errorf("attribute %q: %w", a, err))
 		}
 		it.EventTime = t
 	}
-	key, src, missing, err := g.pol.Derive(in.Attributes, in.Data, in.ID)
+	key, src, missing, err := g.cfg.Derive(in.Attributes, in.Data, in.ID)
 	if missing {
-		g.m.Missing(in.Attributes[g.pol.ProducerAttribute])
+		g.m.Missing(in.Attributes[g.cfg.ProducerAttribute])
 	}
 	if err != nil {
 		return nil, g.reject(ctx, in, err)
@@ -364,7 +375,7 @@ func (g *Gate) storeFailed(ctx context.Context, start time.Time, err error) outc
 // longer than the horizon.
 func (g *Gate) tooLate(ctx context.Context, it *Item, reason error) outcome.Outcome {
 	var o outcome.Outcome
-	if g.pol.Late == dedup.LateDeadLetter {
+	if g.cfg.Late == dedup.LateDeadLetter {
 		o = g.reject(ctx, it.In, reason)
 	} else {
 		it.LateDuplicate = g.suspect(it)
