@@ -44,6 +44,8 @@ func TestOptionsValidation(t *testing.T) {
 		{"producer without attribute", mem.New(), consumer.Options{Policy: dedup.Policy{ProducerAttribute: "source"}}, nop, `ProducerAttribute "source" needs an IDAttribute`},
 		{"long attribute", mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: strings.Repeat("a", 257)}}, nop, "IDAttribute: invalid attribute key"},
 		{"binary attribute", mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "\xff"}}, nop, "not valid UTF-8"},
+		{"JSON without a path", mem.New(), consumer.Options{Policy: dedup.Policy{From: dedup.KeyFromJSON}}, nop, "dedup.KeyFromJSON needs a Path"},
+		{"path without JSON", mem.New(), consumer.Options{Policy: dedup.Policy{Path: "order.id"}}, nop, `path "order.id" needs From dedup.KeyFromJSON`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -76,11 +77,11 @@ func (p *Policy) Validate() error {
 	switch p.From {
 	case KeyFromAttribute:
 		if p.Path != "" {
-			return fmt.Errorf("a Path (%q) needs From dedup.KeyFromJSON", p.Path)
+			return fmt.Errorf("path %q needs From dedup.KeyFromJSON", p.Path)
 		}
 	case KeyFromJSON:
 		if p.Path == "" {
-			return fmt.Errorf("from dedup.KeyFromJSON needs a Path (a gjson path such as order.id)")
+			return errors.New("dedup.KeyFromJSON needs a Path (a gjson path such as order.id)")
 		}
 	case KeyFromHash:
 	default:
