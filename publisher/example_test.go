@@ -34,7 +34,7 @@ func Example() {
 
 	pub := client.Publisher("orders")
 	defer pub.Stop()
-	p, err := publisher.New(pub, publisher.Options{KeyAttribute: "event_id"})
+	p, err := publisher.New(pub, publisher.Options{IDAttribute: "event_id"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,6 +73,6 @@ func Example_invalidEvent() {
 	fmt.Println(err)
 	fmt.Println(errors.Is(err, publisher.ErrEmptyEvent))
 	// Output:
-	// event event_id="order-123": invalid event: empty message: no data and no attributes: give data or at least one attribute
+	// event key="order-123": invalid event: empty message: no data and no attributes: give data or at least one attribute
 	// true
 }

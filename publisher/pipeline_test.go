@@ -39,7 +39,7 @@ func TestPipelineEmitsRetriedEventOnce(t *testing.T) {
 
 	sink := topic.New(c, out, 5*time.Second)
 	t.Cleanup(sink.Stop)
-	pl, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: "event_id"}},
+	pl, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: publisher.DefaultIDAttribute}},
 		pipeline.Deps{Store: mem.New(), Sink: sink, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestPipelineEmitsRetriedEventOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].Attributes["event_id"] != "order-123" || string(got[0].Data) != "paid" {
+	if len(got) != 1 || got[0].Attributes[publisher.DefaultIDAttribute] != "order-123" || string(got[0].Data) != "paid" {
 		t.Fatalf("output %d messages (%v), want the event once", len(got), got)
 	}
 }

@@ -10,7 +10,7 @@
 // shape: Publish returns at once, the client batches many events into one
 // request, and the returned Result's Get waits for the server:
 //
-//	p, err := publisher.New(client.Publisher("orders"), publisher.Options{KeyAttribute: "event_id"})
+//	p, err := publisher.New(client.Publisher("orders"), publisher.Options{IDAttribute: "event_id"})
 //	r := p.Publish(ctx, publisher.Event{Key: "order-123", Data: body})
 //	id, err := r.Get(ctx) // r.Key() is "order-123"
 //
@@ -41,10 +41,18 @@ import (
 	"github.com/dedupflow/dedupflow/internal/backoff"
 )
 
-// DefaultKeyAttribute is the attribute the key goes in unless
-// Options.KeyAttribute says otherwise; configure the pipeline's
-// --id-attribute with the same name.
-const DefaultKeyAttribute = "event_id"
+// DefaultIDAttribute is the id attribute, the attribute the key goes in,
+// unless Options.IDAttribute says otherwise: "key", the name the tutorial's
+// app and its Dataflow job use, and what dedupflow's publish, loadgen and
+// up use by default. Give the pipeline the same --id-attribute.
+const DefaultIDAttribute = "key"
+
+// DefaultKeyAttribute is DefaultIDAttribute.
+//
+// Deprecated: use DefaultIDAttribute. Before the two names became one it
+// was "event_id"; a pipeline that reads event_id needs Options.IDAttribute
+// set to it.
+const DefaultKeyAttribute = DefaultIDAttribute
 
 // DefaultMaxAttempts bounds the attempts per event unless
 // Options.MaxAttempts says otherwise.
@@ -52,7 +60,14 @@ const DefaultMaxAttempts = 5
 
 // Options configure a Publisher. The zero value is usable.
 type Options struct {
-	// KeyAttribute is the attribute holding the key (default "event_id").
+	// IDAttribute is the attribute holding the key (default
+	// DefaultIDAttribute): the pipeline's --id-attribute, Beam's
+	// withIdAttribute.
+	IDAttribute string
+	// KeyAttribute is IDAttribute's former name, read when IDAttribute is
+	// empty.
+	//
+	// Deprecated: use IDAttribute.
 	KeyAttribute string
 	// TimestampAttribute, when set, gets the event time in milliseconds
 	// since the Unix epoch, stamped once with the key: Event.Time, or the
@@ -81,18 +96,24 @@ type Options struct {
 
 // Validate checks the options, filling in defaults.
 func (o *Options) Validate() error {
-	if o.KeyAttribute == "" {
-		o.KeyAttribute = DefaultKeyAttribute
+	switch {
+	case o.IDAttribute == "" && o.KeyAttribute != "":
+		o.IDAttribute = o.KeyAttribute
+	case o.IDAttribute == "":
+		o.IDAttribute = DefaultIDAttribute
+	case o.KeyAttribute != "" && o.KeyAttribute != o.IDAttribute:
+		return fmt.Errorf("id attribute %q and key attribute %q: set IDAttribute only", o.IDAttribute, o.KeyAttribute)
 	}
-	if err := checkName(o.KeyAttribute); err != nil {
-		return fmt.Errorf("key attribute: %w", err)
+	o.KeyAttribute = o.IDAttribute
+	if err := checkName(o.IDAttribute); err != nil {
+		return fmt.Errorf("id attribute: %w", err)
 	}
 	if o.TimestampAttribute != "" {
 		if err := checkName(o.TimestampAttribute); err != nil {
 			return fmt.Errorf("timestamp attribute: %w", err)
 		}
-		if o.TimestampAttribute == o.KeyAttribute {
-			return fmt.Errorf("timestamp attribute %q is also the key attribute", o.TimestampAttribute)
+		if o.TimestampAttribute == o.IDAttribute {
+			return fmt.Errorf("timestamp attribute %q is also the id attribute", o.TimestampAttribute)
 		}
 	}
 	if o.MaxAttempts == 0 {
@@ -165,8 +186,13 @@ func New(p *pubsub.Publisher, o Options) (*Publisher, error) {
 	return &Publisher{pub: p, o: o}, nil
 }
 
-// KeyAttribute is the attribute the key is stamped into.
-func (p *Publisher) KeyAttribute() string { return p.o.KeyAttribute }
+// IDAttribute is the attribute the key is stamped into.
+func (p *Publisher) IDAttribute() string { return p.o.IDAttribute }
+
+// KeyAttribute is IDAttribute.
+//
+// Deprecated: use IDAttribute.
+func (p *Publisher) KeyAttribute() string { return p.o.IDAttribute }
 
 // Topic is the full name of the topic published to.
 func (p *Publisher) Topic() string { return p.pub.String() }
@@ -180,7 +206,7 @@ func (p *Publisher) Publish(ctx context.Context, e Event) *Result {
 	r.key = key
 	if err != nil {
 		if key != "" {
-			err = fmt.Errorf("event %s=%q: %w", p.o.KeyAttribute, key, err)
+			err = fmt.Errorf("event %s=%q: %w", p.o.IDAttribute, key, err)
 		}
 		r.finish("", err)
 		return r
@@ -196,7 +222,7 @@ func (p *Publisher) prepare(e Event) (pubsub.Message, string, error) {
 	if len(e.Data) == 0 && len(e.Attributes) == 0 {
 		return pubsub.Message{}, e.Key, invalid(ErrEmptyEvent, "give data or at least one attribute")
 	}
-	ka := p.o.KeyAttribute
+	ka := p.o.IDAttribute
 	key := e.Key
 	if v, ok := e.Attributes[ka]; ok {
 		switch {
@@ -314,7 +340,7 @@ func (r *Result) Get(ctx context.Context) (string, error) {
 		default:
 			r.pause = jitter(r.p.o.Backoff.Pause(r.Attempts()))
 			r.p.o.Logger.Warn("publish attempt failed; retrying with the same key",
-				"topic", r.p.pub.String(), "key_attribute", r.p.o.KeyAttribute, "key", r.key,
+				"topic", r.p.pub.String(), "id_attribute", r.p.o.IDAttribute, "key", r.key,
 				"attempt", r.Attempts(), "max_attempts", r.p.o.MaxAttempts,
 				"backoff", r.pause, "err", err)
 		}
@@ -346,12 +372,12 @@ func (r *Result) send(ctx context.Context) {
 }
 
 func (r *Result) failure(err error, gaveUp bool) error {
-	return &PublishError{Key: r.key, KeyAttribute: r.p.o.KeyAttribute, Topic: r.p.pub.String(),
+	return &PublishError{Key: r.key, IDAttribute: r.p.o.IDAttribute, Topic: r.p.pub.String(),
 		Attempts: r.Attempts(), GaveUp: gaveUp, Err: err}
 }
 
 func (r *Result) interrupted(err error) error {
-	return fmt.Errorf("wait for event %s=%q after %d attempts: %w", r.p.o.KeyAttribute, r.key, r.Attempts(), err)
+	return fmt.Errorf("wait for event %s=%q after %d attempts: %w", r.p.o.IDAttribute, r.key, r.Attempts(), err)
 }
 
 func (r *Result) finish(id string, err error) {

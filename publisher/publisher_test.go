@@ -60,8 +60,8 @@ func TestRetryAfterStoredMessageKeepsKey(t *testing.T) {
 		t.Errorf("both copies have message ID %s; a retry is a new message", msgs[0].ID)
 	}
 	for i, m := range msgs {
-		if got := m.Attributes[publisher.DefaultKeyAttribute]; got != key {
-			t.Errorf("copy %d has %s=%q, want the key %q", i, publisher.DefaultKeyAttribute, got, key)
+		if got := m.Attributes[publisher.DefaultIDAttribute]; got != key {
+			t.Errorf("copy %d has %s=%q, want the key %q", i, publisher.DefaultIDAttribute, got, key)
 		}
 		if string(m.Data) != "hello" {
 			t.Errorf("copy %d data %q", i, m.Data)
@@ -85,7 +85,7 @@ func TestClientRetryAfterStoredMessageKeepsKey(t *testing.T) {
 	srv, front, addr := newLossy(t, 1)
 	c := newClient(t, addr, true)
 	topic, pub := newTopic(t, c)
-	p, err := publisher.New(pub, publisher.Options{KeyAttribute: "order_key"})
+	p, err := publisher.New(pub, publisher.Options{IDAttribute: "order_key"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestGivesUpNamingKeyAndAttempts(t *testing.T) {
 	if pe.Key != "k-1" || pe.Attempts != 3 || !pe.GaveUp || status.Code(err) != codes.Unavailable {
 		t.Errorf("got %+v (code %v)", pe, status.Code(err))
 	}
-	for _, want := range []string{`event_id="k-1"`, "gave up after 3 attempts", "test: down"} {
+	for _, want := range []string{`key="k-1"`, "gave up after 3 attempts", "test: down"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -190,7 +190,7 @@ func TestInvalidEventsAreNeverSent(t *testing.T) {
 		{"reserved attribute name", publisher.Event{Key: "k", Attributes: map[string]string{"googclient_x": "v"}}, limits.ErrAttributeKey},
 		{"value not UTF-8", publisher.Event{Key: "k", Attributes: map[string]string{"a": "\xc3\x28"}}, publisher.ErrNotUTF8},
 		{"value too long", publisher.Event{Key: "k", Attributes: map[string]string{"a": strings.Repeat("v", 1025)}}, publisher.ErrAttributeValue},
-		{"two keys", publisher.Event{Key: "k", Attributes: map[string]string{"event_id": "other"}}, publisher.ErrKeyConflict},
+		{"two keys", publisher.Event{Key: "k", Attributes: map[string]string{"key": "other"}}, publisher.ErrKeyConflict},
 		{"two timestamps", publisher.Event{Key: "k", Time: time.Unix(1, 0), Attributes: map[string]string{"ts": "5"}}, publisher.ErrTimestampConflict},
 		{"too large", publisher.Event{Key: "k", Data: make([]byte, limits.MessageBytes)}, limits.ErrTooLarge},
 		// The service counts the ordering key too.
@@ -247,10 +247,10 @@ func TestKeyAndTimestampStampedOnce(t *testing.T) {
 		key, occurred string
 	}{
 		{publisher.Event{Key: "order-1", Data: []byte("a"), Attributes: callerAttrs}, "order-1", "1700000000123"},
-		{publisher.Event{Data: []byte("b"), Attributes: map[string]string{"event_id": "from-attr"}}, "from-attr", "1700000000123"},
+		{publisher.Event{Data: []byte("b"), Attributes: map[string]string{"key": "from-attr"}}, "from-attr", "1700000000123"},
 		{publisher.Event{Data: []byte("c"), Time: time.UnixMilli(42)}, "gen-1", "42"},
 		{publisher.Event{Data: []byte("d"), Attributes: map[string]string{"occurred_at": "2024-01-01T00:00:00Z"}}, "gen-2", "2024-01-01T00:00:00Z"},
-		{publisher.Event{Key: "same", Attributes: map[string]string{"event_id": "same"}}, "same", "1700000000123"},
+		{publisher.Event{Key: "same", Attributes: map[string]string{"key": "same"}}, "same", "1700000000123"},
 	}
 	for _, tc := range cases {
 		r := p.Publish(ctx, tc.e)
@@ -266,8 +266,8 @@ func TestKeyAndTimestampStampedOnce(t *testing.T) {
 		t.Fatalf("%d stored", len(msgs))
 	}
 	for i, m := range msgs {
-		if m.Attributes["event_id"] != cases[i].key || m.Attributes["occurred_at"] != cases[i].occurred {
-			t.Errorf("message %d attributes %v, want event_id=%s occurred_at=%s", i, m.Attributes, cases[i].key, cases[i].occurred)
+		if m.Attributes["key"] != cases[i].key || m.Attributes["occurred_at"] != cases[i].occurred {
+			t.Errorf("message %d attributes %v, want key=%s occurred_at=%s", i, m.Attributes, cases[i].key, cases[i].occurred)
 		}
 	}
 	if !maps.Equal(callerAttrs, before) {
@@ -325,8 +325,8 @@ func TestGetResumesAfterContextEnds(t *testing.T) {
 			t.Errorf("Get %d returned %q, want %q", i, id, msgs[1].ID)
 		}
 	}
-	if msgs[0].Attributes["event_id"] != r.Key() || msgs[1].Attributes["event_id"] != r.Key() {
-		t.Errorf("keys %q, %q; want %q", msgs[0].Attributes["event_id"], msgs[1].Attributes["event_id"], r.Key())
+	if msgs[0].Attributes["key"] != r.Key() || msgs[1].Attributes["key"] != r.Key() {
+		t.Errorf("keys %q, %q; want %q", msgs[0].Attributes["key"], msgs[1].Attributes["key"], r.Key())
 	}
 }
 
@@ -336,10 +336,11 @@ func TestOptionsValidate(t *testing.T) {
 		o    publisher.Options
 		want string
 	}{
-		{"long key attribute", publisher.Options{KeyAttribute: strings.Repeat("k", 257)}, "key attribute"},
-		{"reserved key attribute", publisher.Options{KeyAttribute: "goog_key"}, "reserved by Pub/Sub"},
+		{"long id attribute", publisher.Options{IDAttribute: strings.Repeat("k", 257)}, "id attribute"},
+		{"reserved id attribute", publisher.Options{IDAttribute: "goog_key"}, "reserved by Pub/Sub"},
+		{"both names, different", publisher.Options{IDAttribute: "a", KeyAttribute: "b"}, "set IDAttribute only"},
 		{"reserved timestamp attribute", publisher.Options{TimestampAttribute: "GOOGts"}, "reserved by Pub/Sub"},
-		{"timestamp is key", publisher.Options{TimestampAttribute: "event_id"}, "also the key attribute"},
+		{"timestamp is the id", publisher.Options{TimestampAttribute: "key"}, "also the id attribute"},
 		{"negative attempts", publisher.Options{MaxAttempts: -1}, "at least 1"},
 		{"max below initial", publisher.Options{Backoff: publisher.Backoff{Initial: time.Second, Max: time.Millisecond}}, "below the initial"},
 		{"multiplier", publisher.Options{Backoff: publisher.Backoff{Multiplier: 0.5}}, "multiplier"},
@@ -352,8 +353,14 @@ func TestOptionsValidate(t *testing.T) {
 		})
 	}
 	var o publisher.Options
-	if err := o.Validate(); err != nil || o.KeyAttribute != "event_id" || o.MaxAttempts != publisher.DefaultMaxAttempts {
+	if err := o.Validate(); err != nil || o.IDAttribute != "key" || o.MaxAttempts != publisher.DefaultMaxAttempts {
 		t.Errorf("zero options: %v, %+v", err, o)
+	}
+	// The former name still works, alone or equal to the new one.
+	for _, o := range []publisher.Options{{KeyAttribute: "event_id"}, {IDAttribute: "event_id", KeyAttribute: "event_id"}} {
+		if err := o.Validate(); err != nil || o.IDAttribute != "event_id" {
+			t.Errorf("%+v: %v, want id attribute event_id", o, err)
+		}
 	}
 	if _, err := publisher.New(nil, publisher.Options{}); err == nil {
 		t.Error("New(nil) succeeded")

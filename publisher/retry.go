@@ -113,10 +113,10 @@ func Retryable(err error) bool {
 // attempt whose response was lost; it carries Key, so publishing the event
 // again later with the same key is safe.
 type PublishError struct {
-	Key          string // the event's key, as stamped on every attempt
-	KeyAttribute string
-	Topic        string
-	Attempts     int
+	Key         string // the event's key, as stamped on every attempt
+	IDAttribute string
+	Topic       string
+	Attempts    int
 	// GaveUp is true when the last error was retryable and the attempts
 	// ran out; false when it was not retryable.
 	GaveUp bool
@@ -132,7 +132,7 @@ func (e *PublishError) Error() string {
 	if e.Attempts == 1 {
 		n = "attempt"
 	}
-	return fmt.Sprintf("publish event %s=%q to %s: %s %d %s: %v", e.KeyAttribute, e.Key, e.Topic, how, e.Attempts, n, e.Err)
+	return fmt.Sprintf("publish event %s=%q to %s: %s %d %s: %v", e.IDAttribute, e.Key, e.Topic, how, e.Attempts, n, e.Err)
 }
 
 func (e *PublishError) Unwrap() error { return e.Err }

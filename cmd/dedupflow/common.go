@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/internal/redact"
+	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
@@ -174,4 +175,25 @@ func clientProject(project string, n pubsubio.Name) string {
 		return project
 	}
 	return n.Project
+}
+
+// idAttributeVar defines --id-attribute, the attribute publishers stamp the
+// key into (the pipeline's and up's flag of the same name), and its former
+// name --key-attribute, which still sets it; formerUsed reports whether
+// the former name was given, for a warning.
+func idAttributeVar(fs *flag.FlagSet, p *string, usage string) (formerUsed func() bool) {
+	fs.StringVar(p, "id-attribute", publisher.DefaultIDAttribute, usage)
+	used := false
+	fs.Func("key-attribute", "former name of --id-attribute", func(v string) error {
+		*p, used = v, true
+		return nil
+	})
+	return func() bool { return used }
+}
+
+// warnFormerIDFlag says, once, that --key-attribute is now --id-attribute.
+func warnFormerIDFlag(log *slog.Logger, used func() bool) {
+	if used() {
+		log.Warn("--key-attribute is now --id-attribute, the name the pipeline and up use; the old name will be removed")
+	}
 }

@@ -58,8 +58,8 @@ func TestOtherProjects(t *testing.T) {
 		t.Errorf("start line %q: want the input and output in their own projects", line)
 	}
 	for _, args := range [][]string{
-		{"--key-attribute", "key", "--key", "k1", "--data", "keyed"},
-		{"--key-attribute", "other", "--key", "k2", "--data", "keyless"}, // no "key": to the dead-letter topic
+		{"--key", "k1", "--data", "keyed"},
+		{"--id-attribute", "other", "--key", "k2", "--data", "keyless"}, // no "key": to the dead-letter topic
 	} {
 		if _, errOut, err := pubRun(t, append([]string{"publish", "--project", "home", "--topic", "projects/central/topics/events"}, args...)...); err != nil {
 			t.Fatalf("publish %q: %v\n%s", args, err, errOut)

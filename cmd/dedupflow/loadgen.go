@@ -42,12 +42,12 @@ const (
 
 func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
-		project, topicName, keyAttr, tsAttr, progressMode string
-		cfg                                               loadPlanConfig
-		rate                                              float64
-		payloadSize, maxInFlight                          int
-		asJSON                                            bool
-		lf                                                logFlags
+		project, topicName, idAttr, tsAttr, progressMode string
+		cfg                                              loadPlanConfig
+		rate                                             float64
+		payloadSize, maxInFlight                         int
+		asJSON                                           bool
+		lf                                               logFlags
 	)
 	fs := newFlags("loadgen", stderr)
 	fs.StringVar(&project, "project", "", "Google Cloud project of a short topic ID")
@@ -59,7 +59,7 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Float64Var(&cfg.redeliverRatio, "redeliver-ratio", 0.05, "share of events marked "+attrRedeliver+"=1 for a test consumer to redeliver")
 	fs.Float64Var(&cfg.missingRatio, "missing-id-ratio", 0, "share of events published without the key attribute")
 	fs.IntVar(&payloadSize, "payload-size", 100, "bytes of data per message")
-	fs.StringVar(&keyAttr, "key-attribute", publisher.DefaultKeyAttribute, "attribute holding each event's key: the pipeline's --id-attribute (dedupflow up reads \"key\")")
+	former := idAttributeVar(fs, &idAttr, "attribute holding each event's key: the pipeline's and up's --id-attribute")
 	fs.StringVar(&tsAttr, "timestamp-attribute", "", "attribute to stamp the event time into, in ms since the epoch (empty: none)")
 	fs.Uint64Var(&cfg.seed, "seed", 0, "seed of the plan: which events are republished, keyless, marked (0: random, printed)")
 	fs.IntVar(&maxInFlight, "max-in-flight", 1000, "messages published and not yet acknowledged, at most")
@@ -69,7 +69,7 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `usage: dedupflow loadgen --topic T --count N [flags]
 
-Publishes N logical events. Each carries a key (a UUIDv7 in --key-attribute)
+Publishes N logical events. Each carries a key (a UUIDv7 in --id-attribute)
 unless chosen as keyless; a share of the keyed ones is republished as extra
 copies (the same key on new messages), as a retrying producer does.
 
@@ -92,6 +92,7 @@ as its "expected unique keys".
 	if err != nil {
 		return err
 	}
+	warnFormerIDFlag(log, former)
 	switch {
 	case topicName == "":
 		return errors.New("missing --topic")
@@ -101,8 +102,8 @@ as its "expected unique keys".
 		return fmt.Errorf("--payload-size %d must be between 0 and %d bytes", payloadSize, maxPayload)
 	case maxInFlight < 1:
 		return fmt.Errorf("--max-in-flight %d must be at least 1", maxInFlight)
-	case keyAttr == "":
-		return errors.New("--key-attribute must not be empty")
+	case idAttr == "":
+		return errors.New("--id-attribute must not be empty")
 	}
 	if cfg.seed == 0 {
 		for cfg.seed == 0 {
@@ -114,7 +115,7 @@ as its "expected unique keys".
 		return err
 	}
 	p, pub, closePub, err := openPublisher(ctx, project, topicName,
-		publisher.Options{KeyAttribute: keyAttr, TimestampAttribute: tsAttr, Logger: log})
+		publisher.Options{IDAttribute: idAttr, TimestampAttribute: tsAttr, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -128,7 +129,7 @@ as its "expected unique keys".
 	start := time.Now()
 	runErr := g.run(ctx)
 	prog.finish()
-	s := g.summary(pub.String(), keyAttr, cfg.seed, time.Since(start), runErr == nil)
+	s := g.summary(pub.String(), idAttr, cfg.seed, time.Since(start), runErr == nil)
 	if err := s.write(stdout, asJSON); err != nil {
 		return errors.Join(runErr, err)
 	}
@@ -323,7 +324,7 @@ func loadPayload(seq, size int) []byte {
 // ones by their key and keyless ones by their message ID.
 type loadSummary struct {
 	Topic              string  `json:"topic"`
-	KeyAttribute       string  `json:"key_attribute"`
+	IDAttribute        string  `json:"id_attribute"`
 	Seed               uint64  `json:"seed"`
 	Complete           bool    `json:"complete"`
 	Events             int64   `json:"events"`
@@ -340,8 +341,8 @@ type loadSummary struct {
 	EventsPerSecond    float64 `json:"events_per_second"`
 }
 
-func (g *loadgen) summary(topic, keyAttr string, seed uint64, elapsed time.Duration, complete bool) loadSummary {
-	s := loadSummary{Topic: topic, KeyAttribute: keyAttr, Seed: seed, Complete: complete,
+func (g *loadgen) summary(topic, idAttr string, seed uint64, elapsed time.Duration, complete bool) loadSummary {
+	s := loadSummary{Topic: topic, IDAttribute: idAttr, Seed: seed, Complete: complete,
 		Events: g.events.Load(), Messages: g.messages.Load(), Copies: g.copies.Load(),
 		RepublishedEvents: g.republished.Load(), KeylessEvents: g.keyless.Load(),
 		RedeliverMarked: g.redeliver.Load(), OutcomeUnknown: g.unknown.Load(), ElapsedSeconds: elapsed.Seconds()}
@@ -380,7 +381,7 @@ func (s loadSummary) write(w io.Writer, asJSON bool) error {
   rate                  %.1f messages/s, %.1f events/s
   seed                  %d (--seed %d replays this plan)
 `, state, s.Topic, s.Events, s.Messages, s.Copies, s.RepublishedEvents,
-		s.KeylessEvents, s.KeyAttribute, s.RedeliverMarked, attrRedeliver, s.ExpectedUniqueKeys, unknown,
+		s.KeylessEvents, s.IDAttribute, s.RedeliverMarked, attrRedeliver, s.ExpectedUniqueKeys, unknown,
 		time.Duration(s.ElapsedSeconds*float64(time.Second)).Round(time.Millisecond),
 		s.MessagesPerSecond, s.EventsPerSecond, s.Seed, s.Seed)
 	if err != nil {

@@ -76,7 +76,7 @@ func TestLoadgenThroughPipeline(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(pctx, []string{"pipeline", "--project", "test-project", "--input-subscription", "events-dedup",
-			"--output-topic", "deduped", "--id-attribute", "event_id", "--producer-attribute", "dedupflow_seq",
+			"--output-topic", "deduped", "--id-attribute", "key", "--producer-attribute", "dedupflow_seq",
 			"--metrics-addr", metricsAddr, "--log-level", "warn"}, io.Discard, io.Discard)
 	}()
 	defer func() {

@@ -134,7 +134,7 @@ func TestLoadgenEndToEnd(t *testing.T) {
 		t.Fatalf("summary %q: %v", out, err)
 	}
 	_, tot := lgCollectPlan(t, loadPlanConfig{count: 300, dupRatio: 0.3, dupCopies: 2, redeliverRatio: 0.1, missingRatio: 0.1, seed: 7})
-	want := loadSummary{Topic: "projects/test-project/topics/load", KeyAttribute: "event_id", Seed: 7, Complete: true,
+	want := loadSummary{Topic: "projects/test-project/topics/load", IDAttribute: "key", Seed: 7, Complete: true,
 		Events: 300, Messages: int64(tot.Messages), Copies: int64(tot.Copies), RepublishedEvents: int64(tot.Republished),
 		KeyedEvents: 300 - int64(tot.Keyless), KeylessEvents: int64(tot.Keyless), RedeliverMarked: int64(tot.Redeliver),
 		ExpectedUniqueKeys: 300}
@@ -169,7 +169,7 @@ func TestLoadgenEndToEnd(t *testing.T) {
 		if cp == 0 {
 			seqs[a[attrSeq]] = true
 		}
-		k, ok := a["event_id"]
+		k, ok := a["key"]
 		if !ok {
 			keyless++
 			continue
@@ -230,7 +230,7 @@ func TestLoadgenBadFlags(t *testing.T) {
 		{[]string{"--count", "5", "--payload-size", "-1"}, "--payload-size -1"},
 		{[]string{"--count", "5", "--progress", "fancy"}, `--progress "fancy"`},
 		{[]string{"--count", "5", "--max-in-flight", "0"}, "--max-in-flight 0"},
-		{[]string{"--count", "5", "--key-attribute", ""}, "--key-attribute must not be empty"},
+		{[]string{"--count", "5", "--id-attribute", ""}, "--id-attribute must not be empty"},
 	} {
 		_, _, err := pubRun(t, append(base, tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -331,7 +331,7 @@ func TestLoadgenOfficialEmulator(t *testing.T) {
 			return // a redelivery; not what this test counts
 		}
 		ids[m.ID] = true
-		keys[m.Attributes["event_id"]]++ // keyless ones under ""
+		keys[m.Attributes["key"]]++ // keyless ones under ""
 		if int64(len(ids)) == s.Messages {
 			cancel()
 		}

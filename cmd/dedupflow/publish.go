@@ -24,10 +24,10 @@ import (
 // response, which is the duplicate a dedup pipeline must drop.
 func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
-		project, topicName, data, file, key, keyAttr, tsAttr string
-		copies, maxAttempts                                  int
-		attrs                                                = attrFlag{}
-		lf                                                   logFlags
+		project, topicName, data, file, key, idAttr, tsAttr string
+		copies, maxAttempts                                 int
+		attrs                                               = attrFlag{}
+		lf                                                  logFlags
 	)
 	fs := newFlags("publish", stderr)
 	fs.StringVar(&project, "project", "", "Google Cloud project of a short topic ID")
@@ -37,7 +37,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Var(attrs, "attr", "attribute name=value; repeat for more")
 	fs.IntVar(&copies, "copies", 1, "publish the event this many times, as separate messages with the same key")
 	fs.StringVar(&key, "key", "", "the event's key (default: a new UUIDv7)")
-	fs.StringVar(&keyAttr, "key-attribute", publisher.DefaultKeyAttribute, "attribute the key is stamped into: the pipeline's --id-attribute (dedupflow up reads \"key\")")
+	former := idAttributeVar(fs, &idAttr, "attribute the key is stamped into: the pipeline's and up's --id-attribute")
 	fs.StringVar(&tsAttr, "timestamp-attribute", "", "attribute to stamp the event time into, in ms since the epoch (empty: none)")
 	fs.IntVar(&maxAttempts, "max-attempts", publisher.DefaultMaxAttempts, "attempts per message before giving up")
 	lf.register(fs)
@@ -52,6 +52,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	warnFormerIDFlag(log, former)
 	set := given(fs)
 	switch {
 	case topicName == "":
@@ -62,8 +63,8 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return errors.New("missing message data: give --data TEXT or --file F (--data '' for attributes only)")
 	case copies < 1:
 		return fmt.Errorf("--copies %d must be at least 1", copies)
-	case keyAttr == "":
-		return errors.New("--key-attribute must not be empty")
+	case idAttr == "":
+		return errors.New("--id-attribute must not be empty")
 	case maxAttempts < 1:
 		return fmt.Errorf("--max-attempts %d must be at least 1", maxAttempts)
 	}
@@ -74,7 +75,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	}
 	p, _, closePub, err := openPublisher(ctx, project, topicName, publisher.Options{
-		KeyAttribute: keyAttr, TimestampAttribute: tsAttr, MaxAttempts: maxAttempts, Logger: log,
+		IDAttribute: idAttr, TimestampAttribute: tsAttr, MaxAttempts: maxAttempts, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -102,7 +103,7 @@ func publishCopies(ctx context.Context, p *publisher.Publisher, e publisher.Even
 			return err
 		}
 		e.Key = r.Key()
-		line := fmt.Sprintf("message_id=%s %s=%s", logfmt(id), logfmt(p.KeyAttribute()), logfmt(r.Key()))
+		line := fmt.Sprintf("message_id=%s %s=%s", logfmt(id), logfmt(p.IDAttribute()), logfmt(r.Key()))
 		if copies > 1 {
 			line += fmt.Sprintf(" copy=%d/%d", i, copies)
 		}

@@ -53,7 +53,7 @@ func TestPublishCopiesShareOneKey(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for i, m := range msgs {
-		want := "message_id=" + m.ID + " event_id=order-123 copy=" + string(rune('1'+i)) + "/3"
+		want := "message_id=" + m.ID + " key=order-123 copy=" + string(rune('1'+i)) + "/3"
 		if lines[i] != want {
 			t.Errorf("line %d %q, want %q", i, lines[i], want)
 		}
@@ -62,7 +62,7 @@ func TestPublishCopiesShareOneKey(t *testing.T) {
 		}
 		seen[m.ID] = true
 		a := m.Attributes
-		if string(m.Data) != "hello" || a["event_id"] != "order-123" || a["source"] != "web" || a["note"] != "a=b" || len(a) != 3 {
+		if string(m.Data) != "hello" || a["key"] != "order-123" || a["source"] != "web" || a["note"] != "a=b" || len(a) != 3 {
 			t.Errorf("copy %d: %q %v", i, m.Data, a)
 		}
 	}
@@ -75,7 +75,7 @@ func TestPublishGeneratedKeyFromFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, _, err := pubRun(t, "publish", "--topic", "projects/test-project/topics/events", "--file", f,
-		"--copies", "2", "--key-attribute", "id", "--timestamp-attribute", "ts")
+		"--copies", "2", "--id-attribute", "id", "--timestamp-attribute", "ts")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,12 +114,12 @@ func TestPublishBadInput(t *testing.T) {
 		{"data and file", []string{"--data", "x", "--file", "f"}, "not both"},
 		{"no data", nil, "missing message data"},
 		{"copies 0", []string{"--data", "x", "--copies", "0"}, "--copies 0 must be at least 1"},
-		{"empty key attribute", []string{"--data", "x", "--key-attribute", ""}, "--key-attribute must not be empty"},
+		{"empty id attribute", []string{"--data", "x", "--id-attribute", ""}, "--id-attribute must not be empty"},
 		{"missing file", []string{"--file", filepath.Join(t.TempDir(), "nope")}, "read --file"},
 		{"key too long", []string{"--data", "x", "--key", strings.Repeat("k", 1025)}, "key too long"},
 		{"empty message", []string{"--data", ""}, "empty message"},
 		{"non-UTF-8 attribute", []string{"--data", "x", "--attr", "a=\xff"}, "not valid UTF-8"},
-		{"two keys", []string{"--data", "x", "--key", "a", "--attr", "event_id=b"}, "conflicting key"},
+		{"two keys", []string{"--data", "x", "--key", "a", "--attr", "key=b"}, "conflicting key"},
 		{"positional", []string{"--data", "x", "extra"}, `unexpected argument "extra"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,5 +144,22 @@ func TestLogfmt(t *testing.T) {
 		if got := logfmt(in); got != want {
 			t.Errorf("logfmt(%q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestPublishFormerIDFlag: --key-attribute, the former name of
+// --id-attribute, still sets it, with a warning naming the new one.
+func TestPublishFormerIDFlag(t *testing.T) {
+	srv := pubServer(t, "orders")
+	_, errOut, err := pubRun(t, "publish", "--project", "test-project", "--topic", "orders",
+		"--data", "x", "--key", "k1", "--key-attribute", "event_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgs := srv.Messages(); len(msgs) != 1 || msgs[0].Attributes["event_id"] != "k1" {
+		t.Fatalf("stored %v: want one message with event_id=k1", msgs)
+	}
+	if !strings.Contains(errOut, "--key-attribute is now --id-attribute") {
+		t.Errorf("stderr %q: want the deprecation warning", errOut)
 	}
 }

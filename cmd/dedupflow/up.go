@@ -26,6 +26,7 @@ import (
 	"github.com/dedupflow/dedupflow/console/brokerpage"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
@@ -51,7 +52,7 @@ func (u *upFlags) register(fs *flag.FlagSet) {
 	// The pipeline flags that mean the same here, under the same names.
 	j := &u.job
 	fs.StringVar(&j.names.project, "project", upDefaultProj, "project the broker's topics and subscriptions live in")
-	fs.StringVar(&j.key.idAttr, "id-attribute", "key", "attribute holding the publisher's stable key; the console's key goes there")
+	fs.StringVar(&j.key.idAttr, "id-attribute", publisher.DefaultIDAttribute, "attribute holding the publisher's stable key; the console's key goes there, and publish and loadgen stamp it by default")
 	fs.StringVar(&j.time.tsAttr, "timestamp-attribute", "", "attribute holding the event time for the horizon (empty: the publish time)")
 	durationVar(fs, &j.time.horizon, "horizon", dedup.DefaultHorizon, "how long a key is remembered, from first sight")
 	j.audit.register(fs)
@@ -266,10 +267,14 @@ func (u *upConfig) createResources(ctx context.Context, c *pubsub.Client) (upNam
 	return n, nil
 }
 
-// printBanner says where everything is. Its publish command names the
-// key attribute: dedupflow publish stamps event_id unless told, and up
-// dedups on the tutorial's "key".
+// printBanner says where everything is. Its publish command names the id
+// attribute only when up was given another than the one publish stamps by
+// default.
 func printBanner(w io.Writer, consoleURL, brokerAddr, project, idAttr string) {
+	idFlag := ""
+	if idAttr != publisher.DefaultIDAttribute {
+		idFlag = " --id-attribute " + shellWord(idAttr)
+	}
 	fmt.Fprintf(w, `dedupflow is up: %s -> dedup pipeline -> %s
 
   Console:  %s
@@ -280,14 +285,14 @@ func printBanner(w io.Writer, consoleURL, brokerAddr, project, idAttr string) {
 
   Publish one event three times, as a producer retrying after lost
   responses (the pipeline dedups on attribute %s):
-    dedupflow publish --project %s --topic %s --key-attribute %s --key 456 --copies 3 --data 'Message 2'
+    dedupflow publish --project %s --topic %s%s --key 456 --copies 3 --data 'Message 2'
 
   Read what comes through, as the tutorial's app does:
     dedupflow subscribe --project %s --subscription %s
 
 Press Ctrl-C to stop.
 `, upInputTopic, upOutputTopic, consoleURL, brokerAddr, project, brokerAddr, brokerAddr,
-		idAttr, project, upInputTopic, shellWord(idAttr),
+		idAttr, project, upInputTopic, idFlag,
 		project, upConsumerSub)
 }
 

@@ -196,7 +196,7 @@ func TestUpBinary(t *testing.T) {
 	publish := func(data, key string) {
 		t.Helper()
 		dedupflow("publish", "--project", "dedupflow-demo", "--topic", "topicToDataflow",
-			"--data", data, "--key", key, "--key-attribute", "key")
+			"--data", data, "--key", key)
 	}
 	// The seed tutorial: Message 2, 3 and 4 share key 456. They are
 	// published by the command the banner prints, pasted into a shell as a
