@@ -127,10 +127,10 @@ func applyCounters(b *Broker, r *reader) error {
 	return nil
 }
 
-func saveCounters(b *Broker, cp *capture) {
-	cp.emit(recCounters, func(d []byte) []byte {
-		return binary.AppendUvarint(binary.AppendUvarint(d, b.nextSeq), b.nextID)
-	})
+func saveCounters(b *Broker, cp *capture) { cp.emit(recCounters, b.appendCounters) }
+
+func (b *Broker) appendCounters(d []byte) []byte {
+	return binary.AppendUvarint(binary.AppendUvarint(d, b.nextSeq), b.nextID)
 }
 
 func appendTopic(d []byte, t *topic) []byte {

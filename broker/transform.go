@@ -208,10 +208,12 @@ func (b *Broker) transformPublish(req *pb.PublishRequest, sizes []int) (*pb.Publ
 }
 
 // filteredIDLocked spends a sequence number on a filtered message, so that
-// its ID is not given to another message of this run.
+// its ID is not given to another message. The counters go into the log,
+// as compaction saves them, so a restart does not give it out again.
 func (b *Broker) filteredIDLocked() string {
 	id := strconv.FormatUint(b.nextSeq, 10)
 	b.nextSeq++
+	b.logRecord(recCounters, b.appendCounters)
 	return id
 }
 

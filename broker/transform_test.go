@@ -345,3 +345,24 @@ func TestTransformCallsRefuse(t *testing.T) {
 		})
 	}
 }
+
+// TestTransformFilteredIDKept: the ID a publisher got for a message a topic
+// transform filtered out is not given to another message after a restart
+// (without compaction in between), so message IDs stay unique on a topic.
+func TestTransformFilteredIDKept(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{DataDir: dir, Now: time.Now}
+	tg := startOurs(t, opts)
+	c := newClient(t, tg.addr)
+	topic := createTopicWith(t, c, jsTransform("drop", udfDrop))
+	filtered := publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("gone"), Attributes: map[string]string{"drop": "yes"}})[0]
+	c.Close()
+	if err := tg.ours.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tg2 := startOurs(t, opts)
+	c2 := newClient(t, tg2.addr)
+	if next := publishPB(t, c2, topic, &pb.PubsubMessage{Data: []byte("kept")})[0]; next == filtered {
+		t.Fatalf("the message after the restart got ID %s, the filtered message's", next)
+	}
+}
