@@ -13,14 +13,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/dedupflow/dedupflow/limits"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink"
 )
 
-// Batch bounds: the service takes at most 1000 messages and 10 MB per
-// publish request.
+// Batch bounds: the service's per-request limits, the bytes with room for
+// each message's framing and the request's own fields.
 const (
-	maxBatchCount = 1000
+	maxBatchCount = limits.RequestMessages
 	maxBatchBytes = 9 << 20
 	maxRPCs       = 4
 )
