@@ -3,9 +3,7 @@ package consumer_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +19,7 @@ import (
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/consumer"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
@@ -95,7 +94,7 @@ func newEnv(t *testing.T, kind string) *env {
 		t.Cleanup(func() { e.srv.Close() })
 		e.conn = pubsubio.Insecure(e.srv.Addr)
 	case "broker":
-		b, err := broker.New(broker.Options{Now: e.clock.now, Logger: testLogger()})
+		b, err := broker.New(broker.Options{Now: e.clock.now, Logger: testenv.Logger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,13 +143,6 @@ func (e *env) client() *pubsub.Client {
 	}
 	e.t.Cleanup(func() { c.Close() })
 	return c
-}
-
-func testLogger() *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 // publish publishes one message with the key in "event_id" (none if key
@@ -265,7 +257,7 @@ func (d *dups) add(id, kind string) {
 func mustNew(t *testing.T, store dedup.Store, opt consumer.Options, f consumer.HandlerFunc) *consumer.Dedup {
 	t.Helper()
 	if opt.Logger == nil {
-		opt.Logger = testLogger()
+		opt.Logger = testenv.Logger()
 	}
 	d, err := consumer.New(store, opt, f)
 	if err != nil {

@@ -302,7 +302,7 @@ func TestPushReplicasShareRedis(t *testing.T) {
 	var ok sync.Map
 	var replicas []http.Handler
 	for range 3 {
-		st, err := redis.Open(context.Background(), url, redis.Options{Prefix: prefix, Logger: testLogger()})
+		st, err := redis.Open(context.Background(), url, redis.Options{Prefix: prefix, Logger: testenv.Logger()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,7 @@ func TestTwoConsumersShareRedis(t *testing.T) {
 			c := newCalls()
 			var replicas []*consumer.Dedup
 			for range 2 {
-				st, err := redis.Open(context.Background(), url, redis.Options{Prefix: prefix, Logger: testLogger()})
+				st, err := redis.Open(context.Background(), url, redis.Options{Prefix: prefix, Logger: testenv.Logger()})
 				if err != nil {
 					t.Fatal(err)
 				}

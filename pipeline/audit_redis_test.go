@@ -33,7 +33,7 @@ func TestAuditInRedisAcrossReplicas(t *testing.T) {
 		t.Cleanup(func() { to.Close() })
 		p, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute},
 			Audit: audit.Options{Horizon: 7 * 24 * time.Hour, Capacity: 10_000}},
-			pipeline.Deps{Store: mem.New(), Logger: testLogger(t), Now: clock, AuditTarget: to,
+			pipeline.Deps{Store: mem.New(), Logger: testenv.Logger(), Now: clock, AuditTarget: to,
 				Sink: sinkFunc(func(_ context.Context, m *sink.Message) error { outs = append(outs, m); return nil })})
 		if err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/store/mem"
@@ -25,7 +26,7 @@ func TestDependencyUpGauge(t *testing.T) {
 	failing.Store(true)
 	reg := prometheus.NewRegistry()
 	p, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}, pipeline.Deps{
-		Store: mem.New(), Logger: testLogger(t), Registerer: reg,
+		Store: mem.New(), Logger: testenv.Logger(), Registerer: reg,
 		Sink: sinkFunc(func(context.Context, *sink.Message) error {
 			if failing.Load() {
 				return errors.New("injected: sink down")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/api/option"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink/topic"
@@ -44,7 +44,7 @@ type rigOpts struct {
 	now        func() time.Time // nil: time.Now
 	deadLetter bool
 	store      dedup.Store
-	log        *slog.Logger // nil: testLogger
+	log        *slog.Logger // nil: testenv.Logger
 }
 
 func newPstest(t *testing.T, opts ...pstest.ServerReactorOption) (*pstest.Server, []option.ClientOption) {
@@ -88,7 +88,7 @@ func newRig(t *testing.T, conn []option.ClientOption, o rigOpts) *rig {
 	t.Cleanup(sink.Stop)
 	log := o.log
 	if log == nil {
-		log = testLogger(t)
+		log = testenv.Logger()
 	}
 	deps := pipeline.Deps{Store: st, Sink: sink, Logger: log, Now: o.now}
 	if o.deadLetter {
@@ -102,13 +102,6 @@ func newRig(t *testing.T, conn []option.ClientOption, o rigOpts) *rig {
 	r.pub = c.Publisher(r.in.String())
 	t.Cleanup(r.pub.Stop)
 	return r
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
 }
 
 func (r *rig) start() {

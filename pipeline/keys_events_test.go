@@ -19,6 +19,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink"
@@ -181,7 +182,7 @@ func TestAuditFileAcrossRestartAndMetrics(t *testing.T) {
 		p, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: "key", Horizon: time.Minute},
 			Audit:     audit.Options{Horizon: 7 * 24 * time.Hour, Capacity: 10_000},
 			AuditFile: path},
-			pipeline.Deps{Store: mem.New(), Logger: testLogger(t), Now: clock, Registerer: reg,
+			pipeline.Deps{Store: mem.New(), Logger: testenv.Logger(), Now: clock, Registerer: reg,
 				Sink: sinkFunc(func(_ context.Context, m *sink.Message) error { outs = append(outs, m); return nil })})
 		if err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@
 package testenv
 
 import (
+	"log/slog"
 	"os"
 	"os/exec"
 	"testing"
@@ -109,4 +110,13 @@ func Image(t testing.TB) string {
 func EmulatorAndOurs(t *testing.T, ours func(t *testing.T) string, f func(t *testing.T, host string)) {
 	t.Run("emulator", func(t *testing.T) { f(t, EmulatorHost(t)) })
 	t.Run("ours", func(t *testing.T) { f(t, ours(t)) })
+}
+
+// Logger is a test's logger: debug lines on stderr under go test -v,
+// nothing otherwise.
+func Logger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
 }
