@@ -28,6 +28,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
@@ -48,6 +49,8 @@ type Options struct {
 	OutputTopic        pubsubio.Name
 	OutputSubscription pubsubio.Name
 	// IDAttribute is the pipeline's id attribute: the form's key goes there.
+	// Empty means publisher.DefaultIDAttribute, the one dedupflow publish
+	// stamps.
 	IDAttribute string
 	// EventTimeAttribute carries the event time (ms since the epoch); the
 	// console stamps it once per submission, so copies share it as a
@@ -109,7 +112,7 @@ func New(o Options) (*Console, error) {
 		}
 	}
 	if o.IDAttribute == "" {
-		return nil, errors.New("console: no id attribute: the form's key has nowhere to go")
+		o.IDAttribute = publisher.DefaultIDAttribute
 	}
 	if o.EventTimeAttribute == "" {
 		o.EventTimeAttribute = DefaultEventTimeAttribute

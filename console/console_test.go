@@ -18,6 +18,7 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/limits"
 	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
@@ -58,8 +59,8 @@ func TestValidate(t *testing.T) {
 }
 
 // newTest returns a console on an in-memory broker with the tutorial's
-// topics, and a client of that broker.
-func newTest(t *testing.T) (*Console, *pubsub.Client) {
+// topics, and a client of that broker; change edits its options.
+func newTest(t *testing.T, change ...func(*Options)) (*Console, *pubsub.Client) {
 	t.Helper()
 	addr, stop, err := broker.NewTestServer()
 	if err != nil {
@@ -82,6 +83,9 @@ func newTest(t *testing.T) (*Console, *pubsub.Client) {
 		IDAttribute:          "key",
 		Horizon:              10 * time.Minute,
 		Counts:               func() pipeline.Counts { return pipeline.Counts{Received: 3, DuplicateRepublish: 1} },
+	}
+	for _, f := range change {
+		f(&o)
 	}
 	for _, tp := range []pubsubio.Name{o.InputTopic, o.OutputTopic} {
 		if err := pubsubio.EnsureTopic(ctx, c, tp); err != nil {
@@ -139,6 +143,35 @@ func TestPublishGuards(t *testing.T) {
 				t.Errorf("got %d %s; want %d with %q", w.Code, w.Body, tc.code, tc.wantText)
 			}
 		})
+	}
+}
+
+// TestDefaultIDAttribute: with no id attribute set, the form's key goes
+// where dedupflow publish puts it, so both feed the same pipeline alike.
+func TestDefaultIDAttribute(t *testing.T) {
+	con, c := newTest(t, func(o *Options) { o.IDAttribute = "" })
+	r := httptest.NewRequest("POST", "http://127.0.0.1:8080/api/publish",
+		strings.NewReader(url.Values{"message": {"Message 1"}, "key": {"123"}}.Encode()))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r.Header.Set("X-CSRF-Token", con.token)
+	w := httptest.NewRecorder()
+	con.Handler().ServeHTTP(w, r)
+	if w.Code != 200 {
+		t.Fatalf("publish: %d %s", w.Code, w.Body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got map[string]string
+	err := c.Subscriber(con.o.PipelineSubscription.String()).Receive(ctx, func(_ context.Context, m *pubsub.Message) {
+		m.Ack()
+		got = m.Attributes
+		cancel()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[publisher.DefaultIDAttribute] != "123" {
+		t.Errorf("published attributes %v: want the key in %s", got, publisher.DefaultIDAttribute)
 	}
 }
 

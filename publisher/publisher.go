@@ -372,7 +372,7 @@ func (r *Result) send(ctx context.Context) {
 }
 
 func (r *Result) failure(err error, gaveUp bool) error {
-	return &PublishError{Key: r.key, IDAttribute: r.p.o.IDAttribute, Topic: r.p.pub.String(),
+	return &PublishError{Key: r.key, IDAttribute: r.p.o.IDAttribute, KeyAttribute: r.p.o.IDAttribute, Topic: r.p.pub.String(),
 		Attempts: r.Attempts(), GaveUp: gaveUp, Err: err}
 }
 

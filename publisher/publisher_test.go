@@ -123,7 +123,8 @@ func TestGivesUpNamingKeyAndAttempts(t *testing.T) {
 	if !errors.As(err, &pe) {
 		t.Fatalf("error %v (%T), want a *PublishError", err, err)
 	}
-	if pe.Key != "k-1" || pe.Attempts != 3 || !pe.GaveUp || status.Code(err) != codes.Unavailable {
+	if pe.Key != "k-1" || pe.Attempts != 3 || !pe.GaveUp || status.Code(err) != codes.Unavailable ||
+		pe.IDAttribute != publisher.DefaultIDAttribute || pe.KeyAttribute != pe.IDAttribute {
 		t.Errorf("got %+v (code %v)", pe, status.Code(err))
 	}
 	for _, want := range []string{`key="k-1"`, "gave up after 3 attempts", "test: down"} {

@@ -115,8 +115,12 @@ func Retryable(err error) bool {
 type PublishError struct {
 	Key         string // the event's key, as stamped on every attempt
 	IDAttribute string
-	Topic       string
-	Attempts    int
+	// KeyAttribute is IDAttribute, under its former name.
+	//
+	// Deprecated: use IDAttribute.
+	KeyAttribute string
+	Topic        string
+	Attempts     int
 	// GaveUp is true when the last error was retryable and the attempts
 	// ran out; false when it was not retryable.
 	GaveUp bool

@@ -179,21 +179,24 @@ func clientProject(project string, n pubsubio.Name) string {
 
 // idAttributeVar defines --id-attribute, the attribute publishers stamp the
 // key into (the pipeline's and up's flag of the same name), and its former
-// name --key-attribute, which still sets it; formerUsed reports whether
-// the former name was given, for a warning.
-func idAttributeVar(fs *flag.FlagSet, p *string, usage string) (formerUsed func() bool) {
+// name --key-attribute. The returned resolve, called after parse, applies
+// the former name with a warning, and refuses the two names set to
+// different values, on the command line or in the environment, rather than
+// guess which one the user meant.
+func idAttributeVar(fs *flag.FlagSet, p *string, usage string) (resolve func(*slog.Logger) error) {
 	fs.StringVar(p, "id-attribute", publisher.DefaultIDAttribute, usage)
-	used := false
-	fs.Func("key-attribute", "former name of --id-attribute", func(v string) error {
-		*p, used = v, true
-		return nil
-	})
-	return func() bool { return used }
-}
-
-// warnFormerIDFlag says, once, that --key-attribute is now --id-attribute.
-func warnFormerIDFlag(log *slog.Logger, used func() bool) {
-	if used() {
+	var former string
+	fs.StringVar(&former, "key-attribute", "", "deprecated: the former name of --id-attribute")
+	return func(log *slog.Logger) error {
+		set := given(fs)
+		if !set["key-attribute"] {
+			return nil
+		}
 		log.Warn("--key-attribute is now --id-attribute, the name the pipeline and up use; the old name will be removed")
+		if set["id-attribute"] && *p != former {
+			return fmt.Errorf("--id-attribute %q and its former name --key-attribute %q differ: give --id-attribute only", *p, former)
+		}
+		*p = former
+		return nil
 	}
 }

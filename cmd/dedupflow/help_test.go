@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -23,7 +24,8 @@ func TestMain(m *testing.M) {
 }
 
 // TestHelpExitsZero: -h and --help print the usage and exit 0, for the
-// binary and every command; a usage error still exits 2.
+// binary and every command; a usage error still exits 2. The help of the
+// commands that name the id attribute agrees on its flag and default.
 func TestHelpExitsZero(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t, raceEnabled)
@@ -52,6 +54,16 @@ func TestHelpExitsZero(t *testing.T) {
 			if code != 0 || !strings.Contains(strings.ToLower(out), "usage") || !strings.Contains(out, "\n  -") {
 				t.Errorf("dedupflow %s %s: exit %d, want 0 with its flags:\n%s", c.name, h, code, out)
 			}
+		}
+	}
+	// One flag spelling and one default for the id attribute: what
+	// publishers stamp is what up reads; the pipeline reads one when told.
+	idFlag := regexp.MustCompile(`\n  -id-attribute string\n[^\n]*\n`)
+	for c, dflt := range map[string]string{"publish": `(default "key")`, "loadgen": `(default "key")`, "up": `(default "key")`, "pipeline": ""} {
+		_, out := exit(c, "-h")
+		line := idFlag.FindString(out)
+		if line == "" || (dflt == "") == strings.Contains(line, "(default ") || !strings.Contains(line, dflt) {
+			t.Errorf("dedupflow %s -h: --id-attribute %q, want default %q:\n%s", c, line, dflt, out)
 		}
 	}
 	for _, args := range [][]string{nil, {"nosuch"}, {"publish", "--nosuch"}, {"pipeline", "extra"}} {

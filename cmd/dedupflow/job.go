@@ -84,7 +84,7 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.inTopic, "input-topic", "", "topic to read through a subscription of our own, removed on exit")
 	fs.StringVar(&n.outTopic, "output-topic", "", "topic the survivors are published to")
 	fs.StringVar(&n.deadLetter, "dead-letter-topic", "", "topic for messages that cannot be processed, with the reason")
-	fs.StringVar(&k.idAttr, "id-attribute", "", "attribute holding the publisher's stable key (empty: the message ID)")
+	fs.StringVar(&k.idAttr, "id-attribute", "", "attribute holding the publisher's stable key: \"key\" for publish, loadgen and up (empty: the message ID, which drops redeliveries only)")
 	fs.StringVar(&t.tsAttr, "timestamp-attribute", "", "attribute holding the event time (ms since epoch or RFC 3339)")
 	fs.StringVar(&k.producerAttr, "producer-attribute", "", "attribute naming the producer, to label missing-key counts")
 	fs.StringVar(&k.outIDAttr, "output-id-attribute", "", "attribute carrying the key on outputs (default: --id-attribute, or dedupflow_id)")

@@ -57,9 +57,9 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Float64Var(&cfg.dupRatio, "dup-ratio", 0.3, "share of keyed events republished as extra copies (same key, new message)")
 	fs.IntVar(&cfg.dupCopies, "dup-copies", 1, "extra copies of each republished event")
 	fs.Float64Var(&cfg.redeliverRatio, "redeliver-ratio", 0.05, "share of events marked "+attrRedeliver+"=1 for a test consumer to redeliver")
-	fs.Float64Var(&cfg.missingRatio, "missing-id-ratio", 0, "share of events published without the key attribute")
+	fs.Float64Var(&cfg.missingRatio, "missing-id-ratio", 0, "share of events published without the id attribute")
 	fs.IntVar(&payloadSize, "payload-size", 100, "bytes of data per message")
-	former := idAttributeVar(fs, &idAttr, "attribute holding each event's key: the pipeline's and up's --id-attribute")
+	resolveID := idAttributeVar(fs, &idAttr, "attribute holding each event's key: the pipeline's and up's --id-attribute")
 	fs.StringVar(&tsAttr, "timestamp-attribute", "", "attribute to stamp the event time into, in ms since the epoch (empty: none)")
 	fs.Uint64Var(&cfg.seed, "seed", 0, "seed of the plan: which events are republished, keyless, marked (0: random, printed)")
 	fs.IntVar(&maxInFlight, "max-in-flight", 1000, "messages published and not yet acknowledged, at most")
@@ -92,7 +92,9 @@ as its "expected unique keys".
 	if err != nil {
 		return err
 	}
-	warnFormerIDFlag(log, former)
+	if err := resolveID(log); err != nil {
+		return err
+	}
 	switch {
 	case topicName == "":
 		return errors.New("missing --topic")

@@ -20,7 +20,7 @@ type loadPlanConfig struct {
 type plannedEvent struct {
 	seq       int
 	copies    int  // extra messages with the same key
-	keyless   bool // published without the key attribute
+	keyless   bool // published without the id attribute
 	redeliver bool // first message marked with attrRedeliver
 }
 

@@ -119,7 +119,7 @@ func TestLoadPlanInvalid(t *testing.T) {
 }
 
 // End to end against pstest: the server holds events + copies messages,
-// the key attribute has as many distinct values as keyed events, every
+// the id attribute has as many distinct values as keyed events, every
 // republished event has its copies under one key, and the summary says so.
 func TestLoadgenEndToEnd(t *testing.T) {
 	srv := pubServer(t, "load")

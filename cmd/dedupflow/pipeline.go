@@ -11,10 +11,12 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/dedupflow/dedupflow/audit/redisaudit"
+	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/pull"
 	"github.com/dedupflow/dedupflow/internal/pushauth"
 	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/pipeline"
+	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink/topic"
 )
@@ -52,6 +54,11 @@ func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	cfg, err := j.config()
 	if err != nil {
 		return err
+	}
+	if cfg.pipeline.IDAttribute == "" && cfg.pipeline.From == dedup.KeyFromAttribute {
+		// Said at start: otherwise a user learns it from duplicates in the output.
+		log.Info(fmt.Sprintf("no --id-attribute: redeliveries are dropped by message ID, republished copies pass; publish and loadgen stamp their key in %q (--id-attribute %s)",
+			publisher.DefaultIDAttribute, publisher.DefaultIDAttribute))
 	}
 	c, err := pubsubio.NewClient(ctx, cfg.project)
 	if err != nil {

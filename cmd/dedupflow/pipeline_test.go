@@ -145,8 +145,8 @@ func freeAddr(t *testing.T) string {
 }
 
 // TestPipelineStart: an input that does not exist is refused before the
-// pipeline says it runs, and the start line names the output each sink
-// writes to.
+// pipeline says it runs, the start line names the output each sink writes
+// to, and a pipeline without an id attribute says what it then drops.
 func TestPipelineStart(t *testing.T) {
 	startInput(t)
 	ctx := context.Background()
@@ -183,6 +183,9 @@ func TestPipelineStart(t *testing.T) {
 	}
 	if !strings.Contains(line, " output=stdout ") || strings.Contains(line, "projects///") {
 		t.Errorf("start line %q: want output=stdout", line)
+	}
+	if !strings.Contains(stderr.String(), `no --id-attribute: redeliveries are dropped by message ID, republished copies pass; publish and loadgen stamp their key in \"key\"`) {
+		t.Errorf("no --id-attribute, and no line saying what that drops:\n%s", &stderr)
 	}
 }
 
@@ -232,6 +235,9 @@ func TestPipelineBatchReceiver(t *testing.T) {
 	}
 	if len(keys) != 15 {
 		t.Errorf("%d keys emitted, want 15:\n%s", len(keys), &stdout)
+	}
+	if strings.Contains(stderr.String(), "no --id-attribute") {
+		t.Errorf("given --id-attribute, and still told there is none:\n%s", &stderr)
 	}
 }
 

@@ -37,7 +37,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.Var(attrs, "attr", "attribute name=value; repeat for more")
 	fs.IntVar(&copies, "copies", 1, "publish the event this many times, as separate messages with the same key")
 	fs.StringVar(&key, "key", "", "the event's key (default: a new UUIDv7)")
-	former := idAttributeVar(fs, &idAttr, "attribute the key is stamped into: the pipeline's and up's --id-attribute")
+	resolveID := idAttributeVar(fs, &idAttr, "attribute the key is stamped into: the pipeline's and up's --id-attribute")
 	fs.StringVar(&tsAttr, "timestamp-attribute", "", "attribute to stamp the event time into, in ms since the epoch (empty: none)")
 	fs.IntVar(&maxAttempts, "max-attempts", publisher.DefaultMaxAttempts, "attempts per message before giving up")
 	lf.register(fs)
@@ -52,7 +52,9 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	warnFormerIDFlag(log, former)
+	if err := resolveID(log); err != nil {
+		return err
+	}
 	set := given(fs)
 	switch {
 	case topicName == "":

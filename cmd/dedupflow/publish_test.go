@@ -12,6 +12,8 @@ import (
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/google/uuid"
+
+	"github.com/dedupflow/dedupflow/publisher"
 )
 
 // pubServer starts a pstest server with topic "projects/test-project/topics/
@@ -147,19 +149,56 @@ func TestLogfmt(t *testing.T) {
 	}
 }
 
-// TestPublishFormerIDFlag: --key-attribute, the former name of
-// --id-attribute, still sets it, with a warning naming the new one.
-func TestPublishFormerIDFlag(t *testing.T) {
-	srv := pubServer(t, "orders")
-	_, errOut, err := pubRun(t, "publish", "--project", "test-project", "--topic", "orders",
-		"--data", "x", "--key", "k1", "--key-attribute", "event_id")
-	if err != nil {
-		t.Fatal(err)
+// TestFormerIDFlag: --key-attribute, the former name of --id-attribute,
+// still sets it in publish and loadgen, from the command line or the
+// environment, with a warning naming the new one; the two names set to
+// different values are refused rather than one silently winning.
+func TestFormerIDFlag(t *testing.T) {
+	const warning = "--key-attribute is now --id-attribute"
+	cmds := map[string][]string{
+		"publish": {"publish", "--project", "test-project", "--topic", "orders", "--data", "x", "--key", "k1"},
+		"loadgen": {"loadgen", "--project", "test-project", "--topic", "orders", "--count", "2", "--progress", "off"},
 	}
-	if msgs := srv.Messages(); len(msgs) != 1 || msgs[0].Attributes["event_id"] != "k1" {
-		t.Fatalf("stored %v: want one message with event_id=k1", msgs)
-	}
-	if !strings.Contains(errOut, "--key-attribute is now --id-attribute") {
-		t.Errorf("stderr %q: want the deprecation warning", errOut)
+	for name, base := range cmds {
+		for _, tc := range []struct {
+			name      string
+			args, env []string // env: name, value
+			attr      string   // empty: refused
+		}{
+			{"flag", []string{"--key-attribute", "event_id"}, nil, "event_id"},
+			{"both names, one value", []string{"--key-attribute", "event_id", "--id-attribute", "event_id"}, nil, "event_id"},
+			{"environment", nil, []string{"DEDUPFLOW_KEY_ATTRIBUTE", "event_id"}, "event_id"},
+			{"both names, two values", []string{"--id-attribute", "a", "--key-attribute", "b"}, nil, ""},
+			{"flag and former environment", []string{"--id-attribute", "a"}, []string{"DEDUPFLOW_KEY_ATTRIBUTE", "b"}, ""},
+		} {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				srv := pubServer(t, "orders")
+				if tc.env != nil {
+					t.Setenv(tc.env[0], tc.env[1])
+				}
+				_, errOut, err := pubRun(t, append(append([]string{}, base...), tc.args...)...)
+				if !strings.Contains(errOut, warning) {
+					t.Errorf("stderr %q: want the deprecation warning", errOut)
+				}
+				if tc.attr == "" {
+					if err == nil || !strings.Contains(err.Error(), "give --id-attribute only") {
+						t.Fatalf("error %v: want the two names refused", err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				msgs := srv.Messages()
+				if len(msgs) == 0 {
+					t.Fatal("nothing published")
+				}
+				for _, m := range msgs {
+					if m.Attributes[tc.attr] == "" || m.Attributes[publisher.DefaultIDAttribute] != "" {
+						t.Errorf("attributes %v: want the key in %s only", m.Attributes, tc.attr)
+					}
+				}
+			})
+		}
 	}
 }
