@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -163,6 +164,16 @@ func TestBrokerPageBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS("#pub-send")))
 	waitPage("the publish", `document.getElementById("publish-status").textContent.startsWith("Published")`)
 	waitPage("the backlog to show it", cellOf("backlog")+` === "1"`)
+
+	// A refresh changes the rows' text, not their elements: a Peek button
+	// replaced between the press and the release of a click loses it.
+	row := `document.querySelector('tr[data-sub="` + sub + `"]')`
+	eval(row + `.querySelector("button.peek").dataset.mark = "kept"`)
+	age := eval(row + `.cells[4].textContent`)
+	waitPage("a refresh (the oldest unacked age moves on)", row+`.cells[4].textContent !== `+strconv.Quote(age))
+	if got := eval(row + `.querySelector("button.peek").dataset.mark || "replaced"`); got != "kept" {
+		t.Errorf("the Peek button after a refresh: %s, want the same element", got)
+	}
 
 	// Peek shows it and leaves it there.
 	do("peek", chromedp.Click(chromedp.CSS(`tr[data-sub="`+sub+`"] button.peek`)))

@@ -44,6 +44,7 @@
       const list = t.subscriptions.length ? t.subscriptions : [null];
       for (const s of list) {
         const tr = document.createElement("tr");
+        tr.dataset.key = t.name + "\n" + (s ? s.name : "");
         cell(tr, t.name + (t.schema ? " (schema " + t.schema + ")" : "") + transforms(t.transforms));
         if (!s) {
           cell(tr, "no subscriptions", "hint");
@@ -69,7 +70,20 @@
         rows.push(tr);
       }
     }
-    body.replaceChildren(...rows);
+    // The same rows keep their elements and only their text changes: a
+    // Peek button replaced by a refresh between the press and the release
+    // of a click would lose the click.
+    const old = body.rows;
+    if (old.length === rows.length && rows.every((tr, i) => old[i].dataset.key === tr.dataset.key)) {
+      rows.forEach((tr, i) => {
+        for (let j = 0; j < tr.cells.length; j++) {
+          const c = old[i].cells[j];
+          if (!c.querySelector("button") && c.textContent !== tr.cells[j].textContent) c.textContent = tr.cells[j].textContent;
+        }
+      });
+    } else {
+      body.replaceChildren(...rows);
+    }
     $("empty").hidden = state.topics.length > 0;
     setOptions($("pub-topic"), topics);
     setOptions($("seek-sub"), subs);
