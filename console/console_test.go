@@ -14,8 +14,8 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
-	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 	"github.com/dedupflow/dedupflow/limits"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/publisher"
@@ -62,17 +62,8 @@ func TestValidate(t *testing.T) {
 // topics, and a client of that broker; change edits its options.
 func newTest(t *testing.T, change ...func(*Options)) (*Console, *pubsub.Client) {
 	t.Helper()
-	addr, stop, err := broker.NewTestServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	c := brokertest.Dial(t, brokertest.Start(t), "p")
 	ctx := context.Background()
-	c, err := pubsubio.NewClient(ctx, "p", pubsubio.Insecure(addr)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
 	name := func(kind, id string) pubsubio.Name { return pubsubio.Name{Project: "p", Kind: kind, ID: id} }
 	o := Options{
 		Client:               c,

@@ -20,7 +20,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
@@ -44,18 +44,10 @@ type topology struct {
 
 func newTopology(t testing.TB) *topology {
 	t.Helper()
-	addr, stop, err := broker.NewTestServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	addr := brokertest.Start(t)
 	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
+	c := brokertest.Dial(t, addr, project)
 	ctx := context.Background()
-	c, err := pubsubio.NewClient(ctx, project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
 	name := func(kind, id string) pubsubio.Name { return pubsubio.Name{Project: project, Kind: kind, ID: id} }
 	tp := &topology{c: c, addr: addr,
 		in: name("topics", "events"), inSub: name("subscriptions", "events-dedup"),

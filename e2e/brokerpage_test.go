@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 )
 
 // TestBrokerConsoleFlag: `dedupflow broker --console` serves the broker
@@ -23,11 +24,11 @@ func TestBrokerConsoleFlag(t *testing.T) {
 	t.Parallel()
 	b := runCommand(t, "broker", "--listen", "127.0.0.1:0", "--console", "127.0.0.1:0", "--project", "p", "--topic", "orders")
 	url := b.waitFor(t, "broker page URL", reBrokerPage)
-	if body := getPage(t, url); !strings.Contains(body, "<title>dedupflow broker</title>") {
+	if body := testenv.Get(t, url); !strings.Contains(body, "<title>dedupflow broker</title>") {
 		t.Fatalf("broker page:\n%s", body)
 	}
 	var state struct{ Topics []struct{ Name string } }
-	if err := json.Unmarshal([]byte(getPage(t, strings.TrimSuffix(url, "/broker")+"/broker/api/state")), &state); err != nil ||
+	if err := json.Unmarshal([]byte(testenv.Get(t, strings.TrimSuffix(url, "/broker")+"/broker/api/state")), &state); err != nil ||
 		len(state.Topics) != 1 || state.Topics[0].Name != "projects/p/topics/orders" {
 		t.Fatalf("state: %+v %v", state, err)
 	}
@@ -38,13 +39,13 @@ func TestBrokerConsoleFlag(t *testing.T) {
 func TestUpBrokerPage(t *testing.T) {
 	t.Parallel()
 	up := startUp(t)
-	if !strings.Contains(getPage(t, up.consoleURL), `href="/broker"`) {
+	if !strings.Contains(testenv.Get(t, up.consoleURL), `href="/broker"`) {
 		t.Fatal("the console does not link to /broker")
 	}
-	if body := getPage(t, up.consoleURL+"/broker"); !strings.Contains(body, `<a id="console-link" href="/">`) {
+	if body := testenv.Get(t, up.consoleURL+"/broker"); !strings.Contains(body, `<a id="console-link" href="/">`) {
 		t.Errorf("the broker page does not link back to the console at /:\n%s", body)
 	}
-	if body := getPage(t, up.consoleURL+"/broker/api/state"); !strings.Contains(body, "topicToDataflow") {
+	if body := testenv.Get(t, up.consoleURL+"/broker/api/state"); !strings.Contains(body, "topicToDataflow") {
 		t.Fatalf("broker page state lacks the tutorial's topics:\n%s", body)
 	}
 }
@@ -59,22 +60,7 @@ func startBrokerPage(t *testing.T) (addr, pageURL string) {
 	b := runCommand(t, "broker", "--listen", "127.0.0.1:0", "--console", "127.0.0.1:0")
 	addr = b.waitFor(t, "PUBSUB_EMULATOR_HOST line", reEmulator)
 	pageURL = b.waitFor(t, "broker page URL", reBrokerPage)
-	// Topics and subscriptions are made through the broker's REST API, as
-	// a user of the page might have made them with gcloud.
-	for _, r := range []struct{ path, body string }{
-		{"/topics/orders", `{}`},
-		{"/subscriptions/orders-sub", `{"topic":"projects/` + pageProject + `/topics/orders","ackDeadlineSeconds":10}`},
-		{"/topics/topicFromDataflow", `{}`},
-		{"/subscriptions/topicFromDataflow.subscriptionFromDataflow", `{"topic":"projects/` + pageProject +
-			`/topics/topicFromDataflow","filter":"attributes.origin = \"dedupflow-pipeline-output\""}`},
-	} {
-		req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/projects/"+pageProject+r.path, strings.NewReader(r.body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("create %s: %v %v", r.path, resp, err)
-		}
-		resp.Body.Close()
-	}
+	brokertest.CreateOrders(t, addr, pageProject)
 	return addr, pageURL
 }
 

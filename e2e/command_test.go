@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -89,19 +87,4 @@ func startUp(t *testing.T, args ...string) *up {
 		consoleURL: c.waitFor(t, "console URL", reConsoleURL),
 		brokerAddr: c.waitFor(t, "PUBSUB_EMULATOR_HOST line", reEmulator),
 	}
-}
-
-// getPage is the body of a GET that must answer 200.
-func getPage(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
-	}
-	return string(b)
 }

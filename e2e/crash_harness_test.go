@@ -21,6 +21,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 )
 
 // crashEnv is one crash-test run: an in-process broker (it is not the one
@@ -38,13 +40,14 @@ const crashProject = "crash-proof"
 
 // newCrashEnv builds the binary (without -race: the binary is what is
 // killed, not what is checked) and starts a broker, whose address each
-// command gets in its own environment.
+// command gets in its own environment, leaving the process's alone so that
+// the tests run in parallel.
 func newCrashEnv(t *testing.T) *crashEnv {
 	t.Helper()
 	dir := t.TempDir()
 	bin := buildBinary(t, false)
-	addr := listenBroker(t)
-	c := dialBroker(t, addr, crashProject)
+	addr := brokertest.Start(t)
+	c := brokertest.Dial(t, addr, crashProject)
 	return &crashEnv{t: t, dir: dir, bin: bin, addr: addr, client: c, project: crashProject}
 }
 
@@ -56,17 +59,22 @@ func (e *crashEnv) sub(id string) string {
 	return fmt.Sprintf("projects/%s/subscriptions/%s", e.project, id)
 }
 
+// createTopic creates the topic id.
+func (e *crashEnv) createTopic(id string) {
+	e.t.Helper()
+	if _, err := e.client.TopicAdminClient.CreateTopic(context.Background(), &pb.Topic{Name: e.topic(id)}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 // createTopicSub creates topic and a subscription of it that retains
 // acknowledged messages, so seekTo redelivers what was already acked too,
 // not only the backlog the pipeline happens to hold at that moment (a fast
 // pipeline holds almost none).
 func (e *crashEnv) createTopicSub(topic, sub string) {
 	e.t.Helper()
-	ctx := context.Background()
-	if _, err := e.client.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: e.topic(topic)}); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.client.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{
+	e.createTopic(topic)
+	if _, err := e.client.SubscriptionAdminClient.CreateSubscription(context.Background(), &pb.Subscription{
 		Name: e.sub(sub), Topic: e.topic(topic), AckDeadlineSeconds: 10, RetainAckedMessages: true,
 	}); err != nil {
 		e.t.Fatal(err)
@@ -90,6 +98,12 @@ type published struct {
 	ids   map[string][]string
 	total int
 	took  time.Duration
+}
+
+// String says how much was published, for a test's log.
+func (p *published) String() string {
+	return fmt.Sprintf("published %d messages for %d keys (%d republished copies) in %v",
+		p.total, len(p.ids), p.total-len(p.ids), p.took.Round(time.Millisecond))
 }
 
 // publishInBackground publishes keys to "input" (with copyShare copies)

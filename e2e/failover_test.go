@@ -15,6 +15,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -193,8 +194,7 @@ func testClusterFailover(t *testing.T, query string) {
 		vid[:8], victim.Port, failoverAt, before, heir.Port, replicaLag, promoted.Round(time.Millisecond))
 
 	pub := published()
-	t.Logf("published %d messages for %d keys (%d republished copies) in %v",
-		pub.total, len(keys), pub.total-len(keys), pub.took.Round(time.Millisecond))
+	t.Log(pub)
 	// Every key comes again (same message IDs), so every commit the
 	// failover lost shows as a duplicate, not only those of keys that
 	// happen to have a later copy.
@@ -205,18 +205,11 @@ func testClusterFailover(t *testing.T, query string) {
 	// Done when every key came out, the lease of any claim the dead master
 	// held has ended (a copy waiting on it could then come out again) and
 	// nothing new came out for 5 s.
-	deadline := time.Now().Add(120 * time.Second)
-	for {
+	await(t, 120*time.Second, func() (bool, string) {
 		seen, quiet := out.state()
-		if seen >= len(keys) && time.Since(killed) > claimLeaseWait && quiet > 5*time.Second {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 120 s %d of %d keys came out\n%s", seen, len(keys), procs[0].tail())
-		}
-		running(t, procs)
-		time.Sleep(250 * time.Millisecond)
-	}
+		return seen >= len(keys) && time.Since(killed) > claimLeaseWait && quiet > 5*time.Second,
+			fmt.Sprintf("%d of %d keys came out", seen, len(keys))
+	}, procs...)
 	t.Logf("all keys out %v after the first publish", time.Since(start).Round(time.Millisecond))
 	for _, p := range procs {
 		p.stop()

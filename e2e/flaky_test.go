@@ -204,19 +204,12 @@ func TestFlakyNetwork(t *testing.T) {
 		}
 	}
 	pub := published()
-	t.Logf("published %d messages for %d keys (%d republished copies) in %v",
-		pub.total, len(keys), pub.total-len(keys), pub.took.Round(time.Millisecond))
+	t.Log(pub)
 
-	deadline := time.Now().Add(90 * time.Second)
-	for c := count(); c < len(keys); c = count() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 90 s the table has %d of %d keys\n%s", c, len(keys), p.tail())
-		}
-		if p.exited() {
-			t.Fatalf("the pipeline exited by itself\n%s", p.tail())
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	await(t, 90*time.Second, func() (bool, string) {
+		c := count()
+		return c >= len(keys), fmt.Sprintf("the table has %d of %d keys", c, len(keys))
+	}, p)
 	t.Logf("all %d keys in the table %v after the first publish", len(keys), time.Since(start).Round(time.Millisecond))
 	m, err := testenv.Scrape(base)
 	if err != nil {

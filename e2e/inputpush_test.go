@@ -15,11 +15,8 @@ import (
 func TestInputPush(t *testing.T) {
 	t.Parallel()
 	e := newCrashEnv(t)
-	ctx := context.Background()
 	e.createTopicSub("output", "out-sub")
-	if _, err := e.client.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: e.topic("events")}); err != nil {
-		t.Fatal(err)
-	}
+	e.createTopic("events")
 	p := &pipelineProc{e: e, args: []string{"pipeline",
 		"--input-push", "127.0.0.1:0", "--push-path", "/push", "--id-attribute", "eid",
 		"--project", e.project, "--output-topic", "output",
@@ -29,6 +26,7 @@ func TestInputPush(t *testing.T) {
 	if endpoint == "" {
 		t.Fatalf("no endpoint named\n%s", p.tail())
 	}
+	ctx := context.Background()
 	if _, err := e.client.SubscriptionAdminClient.CreateSubscription(ctx, &pb.Subscription{
 		Name: e.sub("push"), Topic: e.topic("events"), AckDeadlineSeconds: 10,
 		PushConfig: &pb.PushConfig{PushEndpoint: endpoint},

@@ -20,9 +20,7 @@ func TestInputTopicOwnSubscription(t *testing.T) {
 	e := newCrashEnv(t)
 	ctx := context.Background()
 	e.createTopicSub("output", "out-sub")
-	if _, err := e.client.TopicAdminClient.CreateTopic(ctx, &pb.Topic{Name: e.topic("events")}); err != nil {
-		t.Fatal(err)
-	}
+	e.createTopic("events")
 	p := &pipelineProc{e: e, args: []string{"pipeline",
 		"--input-topic", e.topic("events"), "--id-attribute", "eid",
 		"--sink", "pubsub", "--output-topic", e.topic("output"),

@@ -145,13 +145,26 @@ func startReplicas(t *testing.T, e *crashEnv, state string) []*pipelineProc {
 	return procs
 }
 
-// running fails t if one of procs exited by itself.
-func running(t *testing.T, procs []*pipelineProc) {
+// await polls done until it holds, failing t after within with the progress
+// done reports, or at once when one of procs (a pipeline's runs) exits by
+// itself.
+func await(t *testing.T, within time.Duration, done func() (bool, string), procs ...*pipelineProc) {
 	t.Helper()
-	for i, p := range procs {
-		if p.exited() {
-			t.Fatalf("replica %d exited by itself\n%s", i, p.tail())
+	deadline := time.Now().Add(within)
+	for {
+		ok, progress := done()
+		if ok {
+			return
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v %s\n%s", within, progress, procs[0].tail())
+		}
+		for i, p := range procs {
+			if p.exited() {
+				t.Fatalf("pipeline %d of %d exited by itself\n%s", i+1, len(procs), p.tail())
+			}
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 

@@ -79,27 +79,19 @@ func TestReplicasShareRedis(t *testing.T) {
 		t.Fatalf("seek: %v", err)
 	}
 	pub := published()
-	t.Logf("published %d messages for %d keys (%d republished copies) in %v; seeked back to the start with %d keys through",
-		pub.total, len(keys), pub.total-len(keys), pub.took.Round(time.Millisecond), seekAt)
+	t.Logf("%v; seeked back to the start with %d keys through", pub, seekAt)
 
 	// Done when every key came out, nothing new came out for 3 s and the
 	// replicas received nothing for 3 s (the redelivered backlog is drained).
-	deadline := time.Now().Add(90 * time.Second)
 	last, lastChange := received(), time.Now()
-	for {
+	await(t, 90*time.Second, func() (bool, string) {
 		seen, quiet := out.state()
 		if r := received(); r != last {
 			last, lastChange = r, time.Now()
 		}
-		if seen >= len(keys) && quiet > 3*time.Second && time.Since(lastChange) > 3*time.Second {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 90 s %d of %d keys came out, %v messages received\n%s", seen, len(keys), last, procs[0].tail())
-		}
-		running(t, procs)
-		time.Sleep(250 * time.Millisecond)
-	}
+		return seen >= len(keys) && quiet > 3*time.Second && time.Since(lastChange) > 3*time.Second,
+			fmt.Sprintf("%d of %d keys came out, %v messages received", seen, len(keys), last)
+	}, procs...)
 	t.Logf("all keys out and the input drained %v after the first publish", time.Since(start).Round(time.Millisecond))
 	for _, p := range procs {
 		p.stop()
@@ -230,26 +222,16 @@ func testRedisOutage(t *testing.T, restart bool) {
 	}
 
 	pub := published()
-	t.Logf("published %d messages for %d keys (%d republished copies) in %v",
-		pub.total, len(keys), pub.total-len(keys), pub.took.Round(time.Millisecond))
+	t.Log(pub)
 
 	// Done when every key came out, the lease of any claim left pending by
 	// the outage has ended (a copy waiting on it could then be emitted
 	// again), and nothing new came out for 5 s.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	await(t, 90*time.Second, func() (bool, string) {
 		seen, quiet := out.state()
-		if seen >= len(keys) && time.Since(up) > claimLeaseWait && quiet > 5*time.Second {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 90 s %d of %d keys came out\n%s", seen, len(keys), p.tail())
-		}
-		if p.exited() {
-			t.Fatalf("the pipeline exited by itself\n%s", p.tail())
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return seen >= len(keys) && time.Since(up) > claimLeaseWait && quiet > 5*time.Second,
+			fmt.Sprintf("%d of %d keys came out", seen, len(keys))
+	}, p)
 	t.Logf("all keys out %v after the first publish", time.Since(start).Round(time.Millisecond))
 	if c := testenv.Readyz(base); c != http.StatusOK {
 		t.Errorf("/readyz at the end: %d, want 200", c)

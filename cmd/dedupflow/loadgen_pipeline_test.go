@@ -4,38 +4,22 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/http"
 	"regexp"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 var seriesLine = regexp.MustCompile(`(?m)^(dedupflow_(?:received_total|messages_total\{outcome="(\w+)"\})) (\S+)$`)
 
-// getPage is the body of a GET that must answer 200.
-func getPage(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
-	}
-	return string(b)
-}
-
 // scrapeOutcomes reads the pipeline's counters from /metrics.
 func scrapeOutcomes(t *testing.T, url string) map[string]float64 {
 	t.Helper()
 	got := map[string]float64{}
-	for _, m := range seriesLine.FindAllStringSubmatch(getPage(t, url), -1) {
+	for _, m := range seriesLine.FindAllStringSubmatch(testenv.Get(t, url), -1) {
 		v, _ := strconv.ParseFloat(m[3], 64)
 		name := m[2]
 		if name == "" {
@@ -49,18 +33,8 @@ func scrapeOutcomes(t *testing.T, url string) map[string]float64 {
 // loadgen drives the pipeline: what it emits is what loadgen says a correct
 // pipeline must emit, and the outcomes add up to what it received.
 func TestLoadgenThroughPipeline(t *testing.T) {
-	addr, stop, err := broker.NewTestServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
+	_, c := startBroker(t, "test-project")
 	ctx := context.Background()
-	c, err := pubsubio.NewClient(ctx, "test-project")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	for _, id := range []string{"events", "deduped"} {
 		if err := pubsubio.EnsureTopic(ctx, c, pubsubio.Name{Project: "test-project", Kind: "topics", ID: id}); err != nil {
 			t.Fatal(err)

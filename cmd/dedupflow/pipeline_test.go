@@ -20,6 +20,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 	"github.com/dedupflow/dedupflow/store/disk"
 )
 
@@ -97,22 +98,9 @@ func startBroker(t *testing.T, project string) (string, *pubsub.Client) {
 // that closes it under a command.
 func serveTestBroker(t *testing.T, project string) (*broker.Broker, string, *pubsub.Client) {
 	t.Helper()
-	b, err := broker.New(broker.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr, err := b.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b, addr := brokertest.StartWith(t, broker.Options{})
 	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
-	c, err := pubsub.NewClient(context.Background(), project)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return b, addr, c
+	return b, addr, brokertest.Dial(t, addr, project)
 }
 
 // startInput starts a broker of project "test" with topic "input" and its

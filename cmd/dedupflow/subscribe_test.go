@@ -10,25 +10,14 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
-	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 func TestSubscribe(t *testing.T) {
-	addr, stop, err := broker.NewTestServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	t.Setenv("PUBSUB_EMULATOR_HOST", addr)
+	_, c := startBroker(t, "p")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := pubsubio.NewClient(ctx, "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	topic := pubsubio.Name{Project: "p", Kind: "topics", ID: "topicFromDataflow"}
 	sub := pubsubio.Name{Project: "p", Kind: "subscriptions", ID: "topicFromDataflow.subscriptionFromDataflow"}
 	if err := pubsubio.EnsureTopic(ctx, c, topic); err != nil {

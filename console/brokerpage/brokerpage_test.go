@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 )
 
 const project = "brokerpage-test"
@@ -24,31 +25,8 @@ type fixture struct {
 // long as the tutorial's.
 func start(t *testing.T) fixture {
 	t.Helper()
-	b, err := broker.New(broker.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	addr, err := b.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Topics and subscriptions are made through the broker's REST API, as
-	// a user of the page might have made them with gcloud.
-	for _, r := range []struct{ path, body string }{
-		{"/topics/orders", `{}`},
-		{"/subscriptions/orders-sub", `{"topic":"projects/` + project + `/topics/orders","ackDeadlineSeconds":10}`},
-		{"/topics/topicFromDataflow", `{}`},
-		{"/subscriptions/topicFromDataflow.subscriptionFromDataflow", `{"topic":"projects/` + project +
-			`/topics/topicFromDataflow","filter":"attributes.origin = \"dedupflow-pipeline-output\""}`},
-	} {
-		req, _ := http.NewRequest("PUT", "http://"+addr+"/v1/projects/"+project+r.path, strings.NewReader(r.body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("create %s: %v %v", r.path, resp, err)
-		}
-		resp.Body.Close()
-	}
+	b, addr := brokertest.StartWith(t, broker.Options{})
+	brokertest.CreateOrders(t, addr, project)
 	h, err := New(b, Options{ConsoleURL: "/"})
 	if err != nil {
 		t.Fatal(err)

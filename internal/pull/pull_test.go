@@ -18,19 +18,14 @@ import (
 
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 var seq atomic.Int64
 
-func ours(t *testing.T) string {
-	addr, stop, err := broker.NewTestServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return addr
-}
+// ours is our broker, in the form testenv.EmulatorAndOurs takes.
+func ours(t *testing.T) string { return brokertest.Start(t) }
 
 // env is a topic and its subscription on a server.
 type env struct {

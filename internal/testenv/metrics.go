@@ -6,8 +6,27 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
+
+// Get is the body of a GET of url, failing t unless it answers 200.
+func Get(t testing.TB, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}
 
 // Scrape reads the /metrics page under base into name{labels} -> value, the
 // series as the exposition text spells them, so a test names a series the

@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"github.com/googleapis/gax-go/v2"
-
 	"github.com/dedupflow/dedupflow/sink"
 )
 
@@ -39,15 +36,7 @@ func TestWriteBatch(t *testing.T) {
 			if reqs := r.requests.Load(); reqs != 3 {
 				t.Errorf("a batch of %d took %d publish requests, want 3", n, reqs)
 			}
-			got := r.received(t, n)
-			if len(got) != n {
-				t.Fatalf("%d distinct messages arrived, want %d", len(got), n)
-			}
-			for k, c := range got {
-				if c != 1 {
-					t.Fatalf("message %s arrived %d times", k, c)
-				}
-			}
+			r.receivedOnce(t, n)
 		})
 	}
 
@@ -78,25 +67,12 @@ func TestWriteBatch(t *testing.T) {
 		})
 		errs := make([]error, len(ms))
 		r.sink.WriteBatch(context.Background(), ms, errs)
-		for i, err := range errs {
-			switch {
-			case i == 3 && !errors.Is(err, sink.ErrPermanent):
-				t.Errorf("the oversized attribute: %v, want ErrPermanent", err)
-			case i != 3 && err != nil:
-				t.Errorf("message %d failed beside the refused one: %v", i, err)
-			}
-		}
-		if got := r.received(t, 5); len(got) != 5 || got["3"] != 0 {
-			t.Errorf("arrived %v, want the 5 valid messages", got)
-		}
+		r.refusedAlone(t, errs)
 	})
 
 	t.Run("a server that does not answer fails every message, transient", func(t *testing.T) {
 		r := newSinkRig(t, "broker")
-		r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
-			<-ctx.Done()
-			return nil, ctx.Err()
-		}
+		r.neverAnswers()
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		errs := make([]error, 3)

@@ -15,7 +15,7 @@ import (
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/googleapis/gax-go/v2"
 
-	"github.com/dedupflow/dedupflow/broker"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink"
 )
@@ -59,12 +59,7 @@ func newSinkRig(t *testing.T, server string) *sinkRig {
 	var srv *pstest.Server
 	switch server {
 	case "broker":
-		a, stop, err := broker.NewTestServer()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(stop)
-		addr = a
+		addr = brokertest.Start(t)
 	case "pstest":
 		srv = pstest.NewServer()
 		t.Cleanup(func() { srv.Close() })
@@ -103,6 +98,46 @@ func newSinkRig(t *testing.T, server string) *sinkRig {
 		return pub(ctx, req, opts...)
 	}
 	return r
+}
+
+// neverAnswers makes every publish request wait for its context's end.
+func (r *sinkRig) neverAnswers() {
+	r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+}
+
+// receivedOnce checks that n distinct messages arrived, each once.
+func (r *sinkRig) receivedOnce(t *testing.T, n int) {
+	t.Helper()
+	got := r.received(t, n)
+	if len(got) != n {
+		t.Fatalf("%d distinct messages arrived, want %d", len(got), n)
+	}
+	for k, c := range got {
+		if c != 1 {
+			t.Fatalf("message %s arrived %d times", k, c)
+		}
+	}
+}
+
+// refusedAlone checks the outcome of six messages of which the fourth has
+// an attribute over the limit: it alone failed, as permanent, and the five
+// others arrived.
+func (r *sinkRig) refusedAlone(t *testing.T, errs []error) {
+	t.Helper()
+	for i, err := range errs {
+		switch {
+		case i == 3 && !errors.Is(err, sink.ErrPermanent):
+			t.Errorf("message 3, with the oversized attribute: %v, want ErrPermanent", err)
+		case i != 3 && err != nil:
+			t.Errorf("message %d failed beside the refused one: %v", i, err)
+		}
+	}
+	if got := r.received(t, 5); len(got) != 5 || got["3"] != 0 {
+		t.Errorf("arrived %v, want the 5 valid messages", got)
+	}
 }
 
 // received pulls until want messages came or 10 s passed, keyed by the
@@ -161,15 +196,7 @@ func TestSink(t *testing.T) {
 				if reqs >= n/2 {
 					t.Errorf("%d writes took %d publish requests: not batched", n, reqs)
 				}
-				got := r.received(t, n)
-				if len(got) != n {
-					t.Fatalf("%d distinct messages arrived, want %d", len(got), n)
-				}
-				for k, c := range got {
-					if c != 1 {
-						t.Fatalf("message %s arrived %d times", k, c)
-					}
-				}
+				r.receivedOnce(t, n)
 				t.Logf("%d writes in %d requests", n, reqs)
 			})
 		})
@@ -200,18 +227,7 @@ func TestSink(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		close(release)
 		wg.Wait()
-		for i, err := range errs {
-			switch {
-			case i == 3 && !errors.Is(err, sink.ErrPermanent):
-				t.Errorf("write of the oversized attribute: %v, want ErrPermanent", err)
-			case i != 3 && err != nil:
-				t.Errorf("write %d failed beside the refused one: %v", i, err)
-			}
-		}
-		got := r.received(t, 5)
-		if len(got) != 5 || got["3"] != 0 {
-			t.Errorf("arrived %v, want the 5 valid messages", got)
-		}
+		r.refusedAlone(t, errs)
 	})
 
 	t.Run("stop sends what gathered at once and refuses later writes", func(t *testing.T) {
@@ -262,10 +278,7 @@ func TestSink(t *testing.T) {
 
 	t.Run("a writer's context bounds its wait", func(t *testing.T) {
 		r := newSinkRig(t, "broker")
-		r.sink.publish = func(ctx context.Context, req *pb.PublishRequest, opts ...gax.CallOption) (*pb.PublishResponse, error) {
-			<-ctx.Done()
-			return nil, ctx.Err()
-		}
+		r.neverAnswers()
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		err := r.sink.Write(ctx, &sink.Message{Data: []byte("x")})
