@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/dedupflow/dedupflow/broker/internal/logframe"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 // BenchmarkStorage is the measurement behind the choice of storage (see the
@@ -23,59 +23,41 @@ import (
 //
 //	go test -run '^$' -bench Storage -benchtime 1x ./broker ./bench/bboltstorage
 func BenchmarkStorage(b *testing.B) {
-	// The workload of bench/bboltstorage's BenchmarkStorage; change both together.
-	const writers, perWriter, payloadSize = 64, 1000, 150
-	payload := make([]byte, payloadSize)
 	b.Run("log", func(b *testing.B) {
 		f, err := os.Create(filepath.Join(b.TempDir(), "log"))
 		if err != nil {
 			b.Fatal(err)
 		}
+		defer f.Close()
 		w := newWAL(f, 0, false, defaultCompactSize, slog.New(slog.DiscardHandler))
 		done := make(chan struct{})
 		go func() { w.run(); close(done) }()
+		defer func() { w.close(); <-done }()
 		var mu sync.Mutex // stands in for the broker's lock
-		start := time.Now()
-		var wg sync.WaitGroup
-		for g := range writers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range perWriter {
-					mu.Lock()
-					w.mu.Lock()
-					s := len(w.buf)
-					w.buf = append(logframe.Begin(w.buf), recPublish)
-					w.buf = binary.AppendUvarint(w.buf, uint64(g*perWriter+i))
-					w.buf = append(w.buf, payload...)
-					w.finish(s)
-					off := w.appended
-					w.mu.Unlock()
-					mu.Unlock()
-					if err := w.wait(context.Background(), off); err != nil {
-						b.Error(err)
-						return
-					}
-					mu.Lock()
-					w.mu.Lock()
-					s = len(w.buf)
-					w.buf = append(logframe.Begin(w.buf), recAck)
-					w.buf = binary.AppendUvarint(w.buf, uint64(g*perWriter+i))
-					w.finish(s)
-					w.mu.Unlock()
-					mu.Unlock()
-				}
-			}()
+		// appendRecord appends one record as the broker does, under its
+		// lock, and returns the log's offset after it.
+		appendRecord := func(kind byte, id uint64, payload []byte) uint64 {
+			mu.Lock()
+			defer mu.Unlock()
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			s := len(w.buf)
+			w.buf = append(logframe.Begin(w.buf), kind)
+			w.buf = binary.AppendUvarint(w.buf, id)
+			w.buf = append(w.buf, payload...)
+			w.finish(s)
+			return w.appended
 		}
-		wg.Wait()
-		w.mu.Lock()
-		off := w.appended
-		w.mu.Unlock()
-		w.wait(context.Background(), off)
-		el := time.Since(start)
-		w.close()
-		<-done
-		f.Close()
-		b.ReportMetric(float64(writers*perWriter)/el.Seconds(), "msgs/s")
+		testenv.RunStorage(b,
+			func(id uint64, payload []byte) error {
+				return w.wait(context.Background(), appendRecord(recPublish, id, payload))
+			},
+			func(id uint64) { appendRecord(recAck, id, nil) },
+			func() {
+				w.mu.Lock()
+				off := w.appended
+				w.mu.Unlock()
+				w.wait(context.Background(), off)
+			})
 	})
 }
