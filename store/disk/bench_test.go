@@ -2,13 +2,11 @@ package disk
 
 import (
 	"context"
-	"encoding/binary"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,58 +18,21 @@ import (
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
-// callers is how many goroutines call the store at once, as the pipeline
-// does under load.
-const callers = 1000
-
-var benchSeq atomic.Uint64
-
-// benchKey is a fresh key without the cost of SHA-256, so the benchmark
-// measures the stores.
-func benchKey() dedup.Key {
-	var k dedup.Key
-	n := benchSeq.Add(1)
-	binary.LittleEndian.PutUint64(k[:8], n*0x9E3779B97F4A7C15)
-	binary.LittleEndian.PutUint64(k[8:], n*0xC2B2AE3D27D4EB4F+1)
-	return k
-}
-
 // BenchmarkClaimCommit: one op is a claim of a new key and its commit, from
 // 1000 goroutines; the memory store runs in the same benchmark for the
 // ratio.
 //
 //	go test -run '^$' -bench ClaimCommit -benchtime 3s ./store/disk
 func BenchmarkClaimCommit(b *testing.B) {
-	run := func(b *testing.B, s dedup.Store) {
-		ctx := context.Background()
-		b.SetParallelism((callers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				// The clock moves, as in the pipeline: expiries arrive in
-				// nearly increasing order.
-				k, now := benchKey(), time.Now()
-				if _, err := s.Claim(ctx, dedup.Claim{Key: k, MsgID: "17760522123456789", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {
-					b.Error(err)
-					return
-				}
-				if err := s.Commit(ctx, k, "17760522123456789", now.Add(time.Hour)); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-	}
 	disk := func(b *testing.B, opt Options) {
 		s := open(b, filepath.Join(b.TempDir(), "s.db"), opt)
-		run(b, s)
+		storetest.ClaimCommit(b, s)
 		if txs := s.w.txs.Load(); txs > 0 {
 			b.ReportMetric(float64(s.w.keys.Load())/float64(txs), "keys/tx")
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(txs), "µs/tx")
 		}
 	}
-	b.Run("mem", func(b *testing.B) { run(b, mem.New()) })
+	b.Run("mem", func(b *testing.B) { storetest.ClaimCommit(b, mem.New()) })
 	b.Run("disk", func(b *testing.B) { disk(b, Options{}) })
 	b.Run("disk-nosync", func(b *testing.B) { disk(b, Options{NoSync: true}) })
 }
@@ -161,7 +122,7 @@ func fill(b *testing.B, s *Store, n int, exp time.Time) {
 			var maxExp int64
 			for i := range m {
 				r := rec{exp: base + int64(done+i)*1000, tag: 1}
-				putRec(v[i*recLen:], benchKey(), r)
+				putRec(v[i*recLen:], storetest.BenchKey(), r)
 				maxExp = r.exp
 			}
 			s.w.seq++

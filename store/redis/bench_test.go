@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"encoding/binary"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -18,16 +17,6 @@ import (
 // callers is how many goroutines call the store at once, as the pipeline
 // does under load.
 const callers = 1000
-
-var benchSeq atomic.Uint64
-
-func benchKey() dedup.Key {
-	var k dedup.Key
-	n := benchSeq.Add(1) + uint64(time.Now().UnixNano())<<20
-	binary.LittleEndian.PutUint64(k[:8], n*0x9E3779B97F4A7C15)
-	binary.LittleEndian.PutUint64(k[8:], n*0xC2B2AE3D27D4EB4F+1)
-	return k
-}
 
 // clean removes what earlier runs left under bench:, outside the timer:
 // millions of keys from the previous contender, expiring in the
@@ -80,7 +69,7 @@ func BenchmarkClaim(b *testing.B) {
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := s.Claim(ctx, dedup.Claim{Key: benchKey(), MsgID: "17760522123456789", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {
+				if _, err := s.Claim(ctx, dedup.Claim{Key: storetest.BenchKey(), MsgID: "17760522123456789", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -102,7 +91,7 @@ func BenchmarkClaim(b *testing.B) {
 				n = 0
 			}
 			for pb.Next() {
-				k := benchKey()
+				k := storetest.BenchKey()
 				pipe.SetNX(ctx, "bench:"+k.String(), "p1776052212345:17760522123456789", time.Minute)
 				if n++; n == 500 {
 					flush()
@@ -120,7 +109,7 @@ func BenchmarkClaim(b *testing.B) {
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				k := benchKey()
+				k := storetest.BenchKey()
 				if err := rdb.SetNX(ctx, "bench:"+k.String(), "p1776052212345:17760522123456789", time.Minute).Err(); err != nil {
 					b.Error(err)
 					return
@@ -135,28 +124,7 @@ func BenchmarkClaim(b *testing.B) {
 //
 //	go test -run '^$' -bench ClaimCommit -benchtime 3s ./store/redis
 func BenchmarkClaimCommit(b *testing.B) {
-	claimCommit(b, open(b, testenv.RedisURL(b), Options{Prefix: "bench:"}))
-}
-
-// claimCommit claims new keys and commits them through s from 1000 callers.
-func claimCommit(b *testing.B, s *Store) {
-	ctx, now := context.Background(), time.Now()
-	parallel(b, callers)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			k := benchKey()
-			if _, err := s.Claim(ctx, dedup.Claim{Key: k, MsgID: "m", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {
-				b.Error(err)
-				return
-			}
-			if err := s.Commit(ctx, k, "m", now.Add(time.Minute)); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	storetest.ClaimCommit(b, open(b, testenv.RedisURL(b), Options{Prefix: "bench:"}))
 }
 
 // BenchmarkCommitWait: a claim of a new key and its commit, 1000 callers,
@@ -167,7 +135,7 @@ func claimCommit(b *testing.B, s *Store) {
 func BenchmarkCommitWait(b *testing.B) {
 	url, _, _ := startReplicated(b)
 	for _, q := range []string{"wait=0", "wait=1"} {
-		b.Run(q, func(b *testing.B) { claimCommit(b, open(b, url+"?"+q, Options{Prefix: "bench:"})) })
+		b.Run(q, func(b *testing.B) { storetest.ClaimCommit(b, open(b, url+"?"+q, Options{Prefix: "bench:"})) })
 	}
 }
 
@@ -180,7 +148,7 @@ func BenchmarkSlidingCopy(b *testing.B) {
 	ctx, now := context.Background(), time.Now()
 	keys := make([]dedup.Key, 10_000)
 	for i := range keys {
-		keys[i] = benchKey()
+		keys[i] = storetest.BenchKey()
 		if _, err := s.Claim(ctx, dedup.Claim{Key: keys[i], MsgID: "m", Now: now, LeaseUntil: now.Add(time.Minute)}); err != nil {
 			b.Fatal(err)
 		}
