@@ -17,10 +17,10 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/consumer"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/store/mem"
 	"github.com/dedupflow/dedupflow/store/redis"
@@ -228,7 +228,7 @@ func TestPushInFlightAnswers429(t *testing.T) {
 // deadline once, so the message is pushed again and caught as a
 // redelivery.
 func TestPushThroughServers(t *testing.T) {
-	testenv.EmulatorAndOurs(t, brokerHost, pushSeedAndSlow)
+	testenv.EmulatorAndOurs(t, brokertest.Ours, pushSeedAndSlow)
 }
 
 func pushSeedAndSlow(t *testing.T, host string) {
@@ -340,14 +340,4 @@ func TestPushReplicasShareRedis(t *testing.T) {
 			t.Fatalf("key k%d succeeded %v times, want once", i, n)
 		}
 	}
-}
-
-// brokerHost starts our broker for one test and returns its address.
-func brokerHost(t *testing.T) string {
-	addr, stop, err := broker.NewTestServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return addr
 }

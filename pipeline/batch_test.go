@@ -8,10 +8,10 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
-	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/pull"
 	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
@@ -20,12 +20,7 @@ import (
 // writes each key once to the output topic, carrying its key, and gives
 // every message the outcome Handle would.
 func TestHandleBatch(t *testing.T) {
-	addr, stop, err := broker.NewTestServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}})
+	r := newRig(t, pubsubio.Insecure(brokertest.Start(t)), rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}})
 	batch := func(specs ...[2]string) []pipeline.Outcome {
 		ms := make([]*pubsub.Message, len(specs))
 		for i, s := range specs {
@@ -59,14 +54,7 @@ func TestHandleBatch(t *testing.T) {
 // emulator: published events and republished copies come out once per
 // key, carrying it, and every input is acked.
 func TestRunBatch(t *testing.T) {
-	testenv.EmulatorAndOurs(t, func(t *testing.T) string {
-		addr, stop, err := broker.NewTestServer()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(stop)
-		return addr
-	}, func(t *testing.T, host string) {
+	testenv.EmulatorAndOurs(t, brokertest.Ours, func(t *testing.T, host string) {
 		r := newRig(t, pubsubio.Insecure(host), rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}})
 		in, err := pull.New(r.c.SubscriptionAdminClient, r.inSub.String(), pull.Options{Streams: 2})
 		if err != nil {

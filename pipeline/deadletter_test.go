@@ -20,6 +20,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
@@ -61,7 +62,7 @@ func TestPermanentSinkErrorDeadLetters(t *testing.T) {
 // with 100 attributes cannot take the key attribute on top, nor the reason,
 // so it is wrapped; a reason longer than an attribute value is cut.
 func TestDeadLetterAtPubSubLimits(t *testing.T) {
-	addr := brokerHost(t)
+	addr := brokertest.Start(t)
 	r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key", TimestampAttribute: "ts"}}, deadLetter: true})
 	r.start()
 	full := map[string]string{"ts": "1700000000000"}
@@ -100,7 +101,7 @@ func TestDeadLetterAtPubSubLimits(t *testing.T) {
 // without its data, which does not fit beside the reason, but with its
 // attributes, the reason and the data's size.
 func TestDeadLetterNearTenMegabytes(t *testing.T) {
-	addr := brokerHost(t)
+	addr := brokertest.Start(t)
 	r := newRig(t, pubsubio.Insecure(addr), rigOpts{deadLetter: true, cfg: pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}, OutputIDAttribute: "dedup_key"}})
 	r.start()
 	// With key=k1, 9,999,995 bytes, as the broker takes through REST (the

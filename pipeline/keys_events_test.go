@@ -20,6 +20,7 @@ import (
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink"
@@ -274,7 +275,7 @@ func TestKeylessAndKeyedNeverCollide(t *testing.T) {
 			func(id string) (string, map[string]string) { return `{"order_id":` + id + `}`, nil }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			addr := brokerHost(t)
+			addr := brokertest.Start(t)
 			r := newRig(t, pubsubio.Insecure(addr), rigOpts{cfg: pipeline.Config{Policy: c.rule, OutputIDAttribute: "key"}})
 			r.start()
 			id := r.publish("keyless", nil)

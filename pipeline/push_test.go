@@ -9,9 +9,9 @@ import (
 
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
-	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
@@ -20,7 +20,7 @@ import (
 // the seed's Messages 2, 3 and 4 with key 456 are pushed, only one reaches
 // the output topic, and ServePush returns cleanly when its context ends.
 func TestServePush(t *testing.T) {
-	testenv.EmulatorAndOurs(t, brokerHost, servePushSeed)
+	testenv.EmulatorAndOurs(t, brokertest.Ours, servePushSeed)
 }
 
 func servePushSeed(t *testing.T, host string) {
@@ -60,14 +60,4 @@ func servePushSeed(t *testing.T, host string) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("ServePush still serving 20 s after its context ended")
 	}
-}
-
-// brokerHost starts our broker for one test and returns its address.
-func brokerHost(t *testing.T) string {
-	addr, stop, err := broker.NewTestServer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	return addr
 }

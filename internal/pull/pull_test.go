@@ -24,9 +24,6 @@ import (
 
 var seq atomic.Int64
 
-// ours is our broker, in the form testenv.EmulatorAndOurs takes.
-func ours(t *testing.T) string { return brokertest.Start(t) }
-
 // env is a topic and its subscription on a server.
 type env struct {
 	t   *testing.T
@@ -128,7 +125,7 @@ func (s *seen) distinct() int {
 // TestReceiveAcksEachOnce: every message arrives, in batches, and once
 // acked is not delivered again.
 func TestReceiveAcksEachOnce(t *testing.T) {
-	testenv.EmulatorAndOurs(t, ours, func(t *testing.T, host string) {
+	testenv.EmulatorAndOurs(t, brokertest.Ours, func(t *testing.T, host string) {
 		e := newEnv(t, host)
 		const n = 2000
 		e.publish(n)
@@ -179,7 +176,7 @@ func TestReceiveAcksEachOnce(t *testing.T) {
 
 // TestNackComesBack: a nacked message is delivered again at once.
 func TestNackComesBack(t *testing.T) {
-	testenv.EmulatorAndOurs(t, ours, func(t *testing.T, host string) {
+	testenv.EmulatorAndOurs(t, brokertest.Ours, func(t *testing.T, host string) {
 		e := newEnv(t, host)
 		const n = 100
 		e.publish(n)
@@ -209,7 +206,7 @@ func TestNackComesBack(t *testing.T) {
 // TestFlowControl: with a batch in work, the receiver holds no more than
 // MaxOutstanding messages, across its streams.
 func TestFlowControl(t *testing.T) {
-	e := newEnv(t, ours(t))
+	e := newEnv(t, brokertest.Start(t))
 	e.publish(500)
 	r := e.receiver(Options{Streams: 2, MaxOutstanding: 40})
 	release := make(chan struct{})
@@ -246,7 +243,7 @@ func TestFlowControl(t *testing.T) {
 // and acked, and what was not handed over is nacked: it comes back at
 // once, to another receiver, and nothing is delivered twice.
 func TestStopSettlesInHand(t *testing.T) {
-	e := newEnv(t, ours(t))
+	e := newEnv(t, brokertest.Start(t))
 	const n = 300
 	e.publish(n)
 	r := e.receiver(Options{Streams: 1, MaxBatch: 50})
@@ -294,7 +291,7 @@ func TestStopSettlesInHand(t *testing.T) {
 // protocol_version 1 pings: reopening a stream to it would strand the next
 // messages on the old stream (measured: none arrived in 30 s).
 func TestKeepalive(t *testing.T) {
-	testenv.EmulatorAndOurs(t, ours, func(t *testing.T, host string) {
+	testenv.EmulatorAndOurs(t, brokertest.Ours, func(t *testing.T, host string) {
 		e := newEnv(t, host)
 		r := e.receiver(Options{Streams: 1, pingEvery: 300 * time.Millisecond, serverTimeout: 150 * time.Millisecond})
 		var s seen
@@ -378,7 +375,7 @@ func TestReconnect(t *testing.T) {
 // come back; the acks of their second delivery are confirmed valid.
 func TestExactlyOnceConfirmations(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t, ours(t))
+	e := newEnv(t, brokertest.Start(t))
 	sub, err := e.c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: e.sub})
 	if err != nil {
 		t.Fatal(err)
@@ -435,7 +432,7 @@ func TestExactlyOnceConfirmations(t *testing.T) {
 // each ordering key are handed over in publish order, within a batch and
 // from one batch to the next, on every stream.
 func TestOrderingAcrossBatches(t *testing.T) {
-	testenv.EmulatorAndOurs(t, ours, func(t *testing.T, host string) {
+	testenv.EmulatorAndOurs(t, brokertest.Ours, func(t *testing.T, host string) {
 		ctx := context.Background()
 		e := newEnv(t, host)
 		sub, err := e.c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: e.sub})

@@ -23,6 +23,12 @@ func Start(t testing.TB) string {
 	return addr
 }
 
+// Ours is Start in the form testenv.EmulatorAndOurs takes.
+func Ours(t *testing.T) string {
+	t.Helper()
+	return Start(t)
+}
+
 // StartWith is Start with opts, also returning the broker, for a test that
 // sets its clock or closes it under a command.
 func StartWith(t testing.TB, opts broker.Options) (*broker.Broker, string) {
