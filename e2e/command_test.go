@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,47 +22,72 @@ var (
 // command is one run of the dedupflow binary, with what it printed so far.
 type command struct {
 	name           string
+	cmd            *exec.Cmd
 	stdout, stderr *testenv.Buffer
 	exited         chan struct{} // closed once the process has exited
 	err            error         // its exit, once exited is closed
+	stopOnce       sync.Once
 }
 
-// runCommand starts `dedupflow args...` with its own broker rather than
-// one PUBSUB_EMULATOR_HOST names, and at cleanup stops it with Ctrl-C,
-// failing the test unless it exits cleanly within 15s.
+// withoutEmulator is the process's environment without PUBSUB_EMULATOR_HOST,
+// so that a command uses its own broker rather than one that names.
+func withoutEmulator() []string {
+	return slices.DeleteFunc(os.Environ(), func(s string) bool { return strings.HasPrefix(s, "PUBSUB_EMULATOR_HOST=") })
+}
+
+// runCommand starts `dedupflow args...` with its own broker, and at cleanup
+// stops it (stop), unless the test did.
 func runCommand(t *testing.T, args ...string) *command {
 	t.Helper()
 	cmd := exec.Command(buildBinary(t, raceEnabled), args...)
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(s string) bool { return strings.HasPrefix(s, "PUBSUB_EMULATOR_HOST=") })
-	c := &command{name: "dedupflow " + args[0], stdout: &testenv.Buffer{}, stderr: &testenv.Buffer{}, exited: make(chan struct{})}
+	cmd.Env = withoutEmulator()
+	c := &command{name: "dedupflow " + args[0], cmd: cmd, stdout: &testenv.Buffer{}, stderr: &testenv.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = c.stdout, c.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { c.err = cmd.Wait(); close(c.exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
+	t.Cleanup(func() { c.stop(t) })
+	return c
+}
+
+// stop ends the command with Ctrl-C, failing the test unless it exits
+// cleanly within 15s.
+func (c *command) stop(t *testing.T) {
+	t.Helper()
+	c.stopOnce.Do(func() {
+		_ = c.cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-c.exited:
 			if c.err != nil {
 				t.Errorf("%s after Ctrl-C: %v, want exit 0\nstderr:\n%s", c.name, c.err, c.stderr)
 			}
 		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
+			_ = c.cmd.Process.Kill()
 			<-c.exited
 			t.Errorf("%s did not stop within 15s of Ctrl-C\nstderr:\n%s", c.name, c.stderr)
 		}
 	})
-	return c
 }
 
-// waitFor polls the command's output until re matches, and returns the
-// first group.
+// waitFor polls the command's standard output until re matches, and
+// returns the first group.
 func (c *command) waitFor(t *testing.T, what string, re *regexp.Regexp) string {
+	t.Helper()
+	return c.waitIn(t, what, c.stdout, re)
+}
+
+// waitForLog is waitFor on the command's standard error, its log.
+func (c *command) waitForLog(t *testing.T, what string, re *regexp.Regexp) string {
+	t.Helper()
+	return c.waitIn(t, what, c.stderr, re)
+}
+
+func (c *command) waitIn(t *testing.T, what string, out *testenv.Buffer, re *regexp.Regexp) string {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(c.stdout.String()); m != nil {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
 			return m[1]
 		}
 		select {
@@ -74,7 +100,8 @@ func (c *command) waitFor(t *testing.T, what string, re *regexp.Regexp) string {
 	return ""
 }
 
-// up is `dedupflow up` on free ports.
+// up is `dedupflow up` on free ports, without metrics unless args (which
+// come after those defaults, so a flag given again wins) ask for them.
 type up struct {
 	*command
 	consoleURL, brokerAddr string

@@ -2,6 +2,7 @@
 
 package main
 
-// raceEnabled: the test binary is built with -race, so TestUpBinary builds
-// dedupflow with -race too and reuses the packages this build compiled.
+// raceEnabled: the test binary is built with -race, so the tests that run
+// the built binary build dedupflow with -race too and reuse the packages
+// this build compiled.
 const raceEnabled = true

@@ -1,0 +1,135 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dedupflow/dedupflow/internal/testenv"
+)
+
+var reMetrics = regexp.MustCompile(`url=(http://\S+)/metrics`)
+
+// TestUpBinary runs the tutorial from the built binary: `dedupflow up`,
+// `dedupflow publish` as the producer, `dedupflow subscribe` as the
+// consumer app, then Ctrl-C.
+func TestUpBinary(t *testing.T) {
+	t.Parallel()
+	up := startUp(t, "--metrics-addr", "127.0.0.1:0")
+	metricsBase := up.waitForLog(t, "metrics URL", reMetrics)
+	bin := buildBinary(t, raceEnabled)
+	env := append(withoutEmulator(), "PUBSUB_EMULATOR_HOST="+up.brokerAddr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// dedupflow runs as another client of the broker would, through
+	// PUBSUB_EMULATOR_HOST as printed.
+	dedupflow := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = env
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("dedupflow %v: %v\n%s", args, err, errb.String())
+		}
+		return out.String()
+	}
+	publish := func(data, key string) {
+		t.Helper()
+		dedupflow("publish", "--project", "dedupflow-demo", "--topic", "topicToDataflow",
+			"--data", data, "--key", key)
+	}
+	// The seed tutorial: Message 2, 3 and 4 share key 456. They are
+	// published by the command the banner prints, pasted into a shell as a
+	// user would: it must stamp the key where up looks for it.
+	publish("Message 1", "123")
+	m := regexp.MustCompile(`(?m)^\s+(dedupflow publish .*)$`).FindStringSubmatch(up.stdout.String())
+	if m == nil {
+		t.Fatalf("no publish command in the banner:\n%s", up.stdout)
+	}
+	sh := exec.CommandContext(ctx, "sh", "-c", m[1])
+	sh.Env = append(env, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
+	if out, err := sh.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", m[1], err, out)
+	}
+
+	subscribe := func(args ...string) string {
+		t.Helper()
+		return dedupflow(append([]string{"subscribe", "--project", "dedupflow-demo",
+			"--subscription", "topicFromDataflow.subscriptionFromDataflow"}, args...)...)
+	}
+	var got []string
+	sc := bufio.NewScanner(strings.NewReader(subscribe("--json", "--count", "2")))
+	for sc.Scan() {
+		var m struct {
+			Data        string            `json:"data"`
+			Attributes  map[string]string `json:"attributes"`
+			MessageID   string            `json:"message_id"`
+			PublishTime time.Time         `json:"publish_time"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("subscribe --json line %q: %v", sc.Text(), err)
+		}
+		if m.MessageID == "" || m.PublishTime.IsZero() {
+			t.Errorf("line %q: want a message ID and a publish time", sc.Text())
+		}
+		got = append(got, m.Data+"/"+m.Attributes["key"])
+	}
+	slices.Sort(got)
+	if want := []string{"Message 1/123", "Message 2/456"}; !slices.Equal(got, want) {
+		t.Errorf("through the pipeline: %q, want %q", got, want)
+	}
+	// Exactly those two: all four were received, two emitted, two dropped
+	// as republished copies.
+	const pipelineSub = `{subscription="projects/dedupflow-demo/subscriptions/topicToDataflow.dedupflow"}`
+	waitMetrics(t, metricsBase, map[string]float64{
+		`dedupflow_received_total`:                                4,
+		`dedupflow_messages_total{outcome="emitted"}`:             2,
+		`dedupflow_messages_total{outcome="duplicate_republish"}`: 2,
+		// The broker's side of the same: the pipeline's input drained.
+		`dedupflow_broker_undelivered_messages` + pipelineSub: 0,
+		`dedupflow_broker_unacked_messages` + pipelineSub:     0,
+	})
+
+	publish("Message 5", "789")
+	if out, want := subscribe("--count", "1"), "Received message: \"Message 5\".\n"; out != want {
+		t.Errorf("subscribe text: %q, want %q", out, want)
+	}
+	testenv.Get(t, up.consoleURL)
+
+	up.stop(t)
+	if !strings.Contains(up.stderr.String(), "pipeline stopped") {
+		t.Errorf("no clean pipeline stop in the log:\n%s", up.stderr)
+	}
+}
+
+// waitMetrics polls base's /metrics until every series has its value.
+func waitMetrics(t *testing.T, base string, want map[string]float64) {
+	t.Helper()
+	var last map[string]float64
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var err error
+		if last, err = testenv.Scrape(base); err != nil {
+			t.Fatal(err)
+		}
+		ok := true
+		for series, v := range want {
+			got, found := last[series]
+			ok = ok && found && got == v
+		}
+		if ok {
+			return
+		}
+	}
+	t.Fatalf("metrics never reached %v; last: %v", want, last)
+}
