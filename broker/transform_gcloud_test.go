@@ -19,15 +19,7 @@ func TestTransformGcloud(t *testing.T) {
 	ours := startOurs(t, Options{Now: time.Now})
 	dir := t.TempDir()
 	file := func(name, fn, code string) string {
-		b, err := json.Marshal([]map[string]any{{"javascriptUdf": map[string]string{"functionName": fn, "code": code}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return writeJSON(t, dir, name, []map[string]any{udfJSON(fn, code)})
 	}
 	up := file("up.json", "up", udfUpper)
 	drop := file("drop.json", "drop", udfDrop)
@@ -64,22 +56,9 @@ func TestTransformCallsGcloud(t *testing.T) {
 	gcloud := testenv.Tool(t, "gcloud")
 	ours := startOurs(t, Options{Now: time.Now})
 	dir := t.TempDir()
-	write := func(name string, v any) string {
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	js := func(fn, code string) map[string]any {
-		return map[string]any{"javascriptUdf": map[string]string{"functionName": fn, "code": code}}
-	}
-	one := func(name, fn, code string) string { return write(name, js(fn, code)) }
-	list := func(name string, ts ...map[string]any) string { return write(name, ts) }
+	js := udfJSON
+	one := func(name, fn, code string) string { return writeJSON(t, dir, name, js(fn, code)) }
+	list := func(name string, ts ...map[string]any) string { return writeJSON(t, dir, name, ts) }
 	out := runGcloud(t, gcloud, ours.addr, unique("gcloud"), [][]string{
 		{"message-transforms", "validate", "--message-transform-file", one("ok.json", "up", udfUpper)},
 		{"message-transforms", "validate", "--message-transform-file", one("bad.json", "f", "function f(m) {")},
@@ -114,4 +93,23 @@ func TestTransformCallsGcloud(t *testing.T) {
 	if strings.Contains(out, `"data": "GONE"`) {
 		t.Errorf("a transform after the one that filtered the message ran:\n%s", out)
 	}
+}
+
+// udfJSON is a JavaScript UDF transform as gcloud's transform files hold it.
+func udfJSON(fn, code string) map[string]any {
+	return map[string]any{"javascriptUdf": map[string]string{"functionName": fn, "code": code}}
+}
+
+// writeJSON writes v as JSON to dir/name and returns the path.
+func writeJSON(t *testing.T, dir, name string, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -371,8 +371,8 @@ func TestReconnect(t *testing.T) {
 
 // TestExactlyOnceConfirmations: on an exactly-once subscription the server
 // confirms each ack sent on the stream. Acks of messages that a seek has
-// handed out again are confirmed invalid and counted, and the messages
-// come back; the acks of their second delivery are confirmed valid.
+// handed out again are confirmed invalid and counted, exactly those, and
+// the messages come back.
 func TestExactlyOnceConfirmations(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, brokertest.Start(t))
