@@ -35,7 +35,11 @@ func (d *Deduper) ClaimBatch(ctx context.Context, bs []BatchClaim) {
 	cs := make([]Claim, 0, len(bs))
 	at := make([]int, 0, len(bs)) // the message of each claim
 	expiries := make([]time.Time, len(bs))
-	now, expires, _ := d.when(time.Time{})
+	var now, expires time.Time
+	if d.wm == nil { // one reading of the clock for the batch
+		now = d.opt.Now()
+		expires = now.Add(d.opt.Horizon)
+	}
 	d.mu.Lock()
 	for i := range bs {
 		b := &bs[i]

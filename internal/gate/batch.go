@@ -57,13 +57,12 @@ func NackDelay(o outcome.Outcome) time.Duration {
 	return 0
 }
 
-// job is a message to work on, with its claim's ticket (nil without dedup)
-// and its audit note.
+// job is a message to work on, with its claim's ticket (nil without
+// dedup: such a message's key is not filed in the audit either).
 type job struct {
-	at    int // its index in the batch
-	it    *Item
-	t     *dedup.Ticket
-	audit bool // file the key in the audit once written
+	at int // its index in the batch
+	it *Item
+	t  *dedup.Ticket
 }
 
 func (g *Gate) passBatch(ctx context.Context, ins []*pubsub.Message, outs []outcome.Outcome) {
@@ -156,7 +155,7 @@ func (g *Gate) claimBatch(ctx context.Context, items []*Item, pending []int, out
 		case dedup.Proceed:
 			it.LateDuplicate = g.suspect(it)
 			t := b.Ticket
-			work = append(work, job{at: i, it: it, t: &t, audit: true})
+			work = append(work, job{at: i, it: it, t: &t})
 		default:
 			outs[i] = g.unknown(b.Verdict.Status, it.In.ID)
 		}
@@ -235,7 +234,7 @@ func (g *Gate) workBatch(ctx context.Context, jobs []job, outs []outcome.Outcome
 			}
 			continue
 		}
-		if jb.audit && g.cfg.Audit != nil {
+		if jb.t != nil && g.cfg.Audit != nil {
 			g.cfg.Audit.Add(jb.it.hash, jb.it.auditAt)
 			if jb.it.LateDuplicate {
 				g.m.LateSuspected()
