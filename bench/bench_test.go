@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -179,5 +186,51 @@ func TestSoakRunsOnDemand(t *testing.T) {
 	}
 	if _, err := parseConfig([]string{"--soak-term", "0.5s"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--soak-term") {
 		t.Errorf("--soak-term 0.5s: %v, want it refused by name", err)
+	}
+}
+
+// The soak checks the broker's goroutines against their level after each
+// pipeline run; each open scrape connection is one of them, so scrapes
+// that overlap must share the connection rather than leave a second one.
+func TestOverlappingScrapesShareOneConnection(t *testing.T) {
+	var conns, requests atomic.Int32
+	arrived, release := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == 1 {
+			close(arrived)
+			<-release // the first scrape is in progress while the second begins
+		}
+		io.WriteString(w, "go_goroutines 28\n")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	s := &soak{web: scrapeClient()}
+	defer s.web.CloseIdleConnections()
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.scrape(ctx, srv.URL)
+		first <- err
+	}()
+	<-arrived
+	var once sync.Once
+	trace := &httptrace.ClientTrace{GetConn: func(string) { once.Do(func() { close(release) }) }}
+	m, err := s.scrape(httptrace.WithClientTrace(ctx, trace), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if got := m.value("go_goroutines"); got != 28 {
+		t.Fatalf("go_goroutines = %v, want 28", got)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("two overlapping scrapes opened %d connections to the broker, want 1", n)
 	}
 }

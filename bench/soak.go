@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -108,6 +109,7 @@ type soak struct {
 	totals   map[string]float64 // outcomes of finished runs
 	last     map[string]float64 // the running one's, at its last scrape
 	baseline float64            // the broker's goroutines before any pipeline
+	web      *http.Client       // for /metrics pages
 }
 
 func (e *env) benchSoak(ctx context.Context) error {
@@ -120,7 +122,7 @@ func (e *env) benchSoak(ctx context.Context) error {
 		return err
 	}
 	s := &soak{e: e, plan: e.cfg.soakPlan(), bin: bin, dir: filepath.Join(e.tmp, "soak"), pgURL: e.cfg.postgres,
-		table: fmt.Sprintf("soak_%d", time.Now().UnixNano()), totals: map[string]float64{}}
+		table: fmt.Sprintf("soak_%d", time.Now().UnixNano()), totals: map[string]float64{}, web: scrapeClient()}
 	s.wl = workload{events: s.plan.keys, dupRatio: 0.3, payload: 100, spread: 2000, seed: uint64(time.Now().UnixNano()),
 		keyPrefix: fmt.Sprintf("soak%d", time.Now().UnixNano()%1e6)}
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
@@ -175,7 +177,7 @@ func (s *soak) setup(ctx context.Context) error {
 		return fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	// The level the broker's goroutines come back to: this connection only.
-	m, err := scrapeMetrics(ctx, s.brokerURL)
+	m, err := s.scrape(ctx, s.brokerURL)
 	if err != nil {
 		return err
 	}
@@ -202,6 +204,7 @@ func (s *soak) close() {
 			s.e.fail(fmt.Errorf("soak: %w", err))
 		}
 	}
+	s.web.CloseIdleConnections()
 	if s.db != nil {
 		_, _ = s.db.Exec(context.Background(), "DROP TABLE IF EXISTS "+pgx.Identifier{s.table}.Sanitize())
 		s.db.Close()
@@ -291,7 +294,7 @@ func (s *soak) done(ctx context.Context, published <-chan struct{}) (bool, error
 	if n, err := s.count(ctx); err != nil || n < s.plan.keys {
 		return false, err
 	}
-	m, err := scrapeMetrics(ctx, s.brokerURL)
+	m, err := s.scrape(ctx, s.brokerURL)
 	if err != nil {
 		return false, err
 	}
@@ -341,7 +344,7 @@ func (s *soak) startRun(ctx context.Context, timed bool) error {
 		return nil
 	}
 	for ctx.Err() == nil && time.Since(began) < time.Minute {
-		if m, err := scrapeMetrics(ctx, "http://"+s.pipeAddr+"/metrics"); err == nil && m.value("dedupflow_received_total") > 0 {
+		if m, err := s.scrape(ctx, "http://"+s.pipeAddr+"/metrics"); err == nil && m.value("dedupflow_received_total") > 0 {
 			s.mu.Lock()
 			s.restarts[len(s.restarts)-1].firstMsg = time.Since(began)
 			s.mu.Unlock()
@@ -382,7 +385,7 @@ func (s *soak) endRun(ctx context.Context, sig syscall.Signal) error {
 // its signal handling, and die of the signal as any program does then.
 func (s *soak) serving(ctx context.Context, run *child) error {
 	for began := time.Now(); time.Since(began) < time.Minute; {
-		if _, err := scrapeMetrics(ctx, "http://"+s.pipeAddr+"/metrics"); err == nil {
+		if _, err := s.scrape(ctx, "http://"+s.pipeAddr+"/metrics"); err == nil {
 			return nil
 		}
 		if exited, err := run.exited(); exited {
@@ -407,7 +410,7 @@ func (s *soak) restart(ctx context.Context, sig syscall.Signal, published <-chan
 	ended := time.Now()
 	var seen float64
 	for {
-		m, err := scrapeMetrics(ctx, s.brokerURL)
+		m, err := s.scrape(ctx, s.brokerURL)
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,9 +25,17 @@ type metrics map[string]float64
 
 func (m metrics) value(series string) float64 { return m[series] }
 
-// scrapeMetrics reads a Prometheus text page into series -> value.
-func scrapeMetrics(ctx context.Context, url string) (metrics, error) {
-	fams, err := metricpage.Families(ctx, url)
+// scrapeClient reads /metrics pages over at most one connection to each
+// process: the broker's goroutine count, checked against its level, takes
+// one goroutine per open connection, so two scrapes that overlap must not
+// leave a second connection open.
+func scrapeClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+}
+
+// scrape reads a Prometheus text page into series -> value.
+func (s *soak) scrape(ctx context.Context, url string) (metrics, error) {
+	fams, err := metricpage.Families(ctx, s.web, url)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +78,7 @@ func (s *soak) sampleLoop(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		bm, err := scrapeMetrics(ctx, s.brokerURL)
+		bm, err := s.scrape(ctx, s.brokerURL)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -82,7 +91,7 @@ func (s *soak) sampleLoop(ctx context.Context) error {
 		smp := soakSample{at: time.Since(s.start), brokerRSS: bm.value("process_resident_memory_bytes"), brokerG: bm.value("go_goroutines")}
 		if run != nil {
 			// A run that is starting or was just killed does not answer.
-			if pm, err := scrapeMetrics(ctx, "http://"+s.pipeAddr+"/metrics"); err == nil {
+			if pm, err := s.scrape(ctx, "http://"+s.pipeAddr+"/metrics"); err == nil {
 				smp.run, smp.pipeRSS, smp.pipeG = n, pm.value("process_resident_memory_bytes"), pm.value("go_goroutines")
 				last := map[string]float64{}
 				for _, c := range soakCounters {

@@ -39,7 +39,7 @@ func runAdvise(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if u.Path == "" || u.Path == "/" {
 		u.Path = "/metrics"
 	}
-	mfs, err := metricpage.Families(ctx, u.String())
+	mfs, err := metricpage.Families(ctx, http.DefaultClient, u.String())
 	if err != nil {
 		return err
 	}

@@ -13,9 +13,9 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// Families reads the metric families the page at url serves, giving up
-// after 10 s.
-func Families(ctx context.Context, url string) ([]*dto.MetricFamily, error) {
+// Families reads the metric families the page at url serves through c,
+// giving up after 10 s.
+func Families(ctx context.Context, c *http.Client, url string) ([]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -23,7 +23,7 @@ func Families(ctx context.Context, url string) ([]*dto.MetricFamily, error) {
 		return nil, err
 	}
 	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("scrape %s: %w", url, err)
 	}
