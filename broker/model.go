@@ -106,6 +106,7 @@ type subscription struct {
 	leases     map[uint64]*lease
 	held       int // messages in ready, keys and leases
 	waiters    map[chan struct{}]struct{}
+	streams    int // open StreamingPull streams, for Overview
 	// acked remembers, for exactly-once subscriptions, ack IDs acknowledged
 	// in the last ackMemory, so that a client retrying an ack that did
 	// succeed is told so instead of "invalid ack ID".

@@ -33,7 +33,12 @@ type SubscriptionStats struct {
 	OldestUnacked time.Duration
 	// DeadLettered counts messages moved to its dead-letter topic since
 	// the broker started.
-	DeadLettered         int64
+	DeadLettered int64
+	// Streams counts its open StreamingPull streams (what Cloud Monitoring
+	// shows as open_streaming_pulls): a subscriber that went away without
+	// its streams being let go of would keep it above zero.
+	Streams int
+
 	Filter, PushEndpoint string
 	Detached             bool
 	Transforms           []TransformStats
@@ -67,7 +72,7 @@ func (b *Broker) Overview() []TopicStats {
 
 func (s *subscription) statsLocked(now int64) SubscriptionStats {
 	st := SubscriptionStats{
-		Name: s.proto.Name, DeadLettered: s.deadLettered, Filter: s.proto.Filter,
+		Name: s.proto.Name, DeadLettered: s.deadLettered, Streams: s.streams, Filter: s.proto.Filter,
 		PushEndpoint: s.proto.GetPushConfig().GetPushEndpoint(), Detached: s.proto.Detached,
 		Transforms: s.transforms.stats(),
 	}

@@ -114,11 +114,13 @@ func (srv *subscriberServer) StreamingPull(stream pb.Subscriber_StreamingPullSer
 		return err
 	}
 	s.waiters[st.wake] = struct{}{}
+	s.streams++
 	srv.streamRequestLocked(s, st, req)
 	b.mu.Unlock()
 	defer func() {
 		b.mu.Lock()
 		delete(s.waiters, st.wake)
+		s.streams--
 		b.mu.Unlock()
 	}()
 

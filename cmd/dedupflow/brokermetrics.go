@@ -10,7 +10,8 @@ import (
 
 // brokerCollector reports each subscription's delivery state when scraped,
 // under the names of what Cloud Monitoring shows for the service
-// (num_undelivered_messages, oldest_unacked_message_age, dead-letter counts).
+// (num_undelivered_messages, oldest_unacked_message_age, dead-letter counts,
+// open_streaming_pulls).
 type brokerCollector struct{ b *broker.Broker }
 
 var (
@@ -22,6 +23,8 @@ var (
 		"Age of the oldest message the subscription still has to get acknowledged; 0 when it holds none.", []string{"subscription"}, nil)
 	brokerDeadLettered = prometheus.NewDesc("dedupflow_broker_dead_lettered_messages_total",
 		"Messages the subscription moved to its dead-letter topic since the broker started.", []string{"subscription"}, nil)
+	brokerStreams = prometheus.NewDesc("dedupflow_broker_open_streaming_pulls",
+		"StreamingPull streams open on the subscription.", []string{"subscription"}, nil)
 	brokerTransformFiltered = prometheus.NewDesc("dedupflow_broker_transform_filtered_messages_total",
 		"Messages a topic's or subscription's message transform filtered out (returned null) since the broker started.", []string{"resource", "function", "index"}, nil)
 	brokerTransformFailed = prometheus.NewDesc("dedupflow_broker_transform_failed_messages_total",
@@ -29,7 +32,7 @@ var (
 )
 
 func (brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{brokerBacklog, brokerUnacked, brokerOldest, brokerDeadLettered, brokerTransformFiltered, brokerTransformFailed} {
+	for _, d := range []*prometheus.Desc{brokerBacklog, brokerUnacked, brokerOldest, brokerDeadLettered, brokerStreams, brokerTransformFiltered, brokerTransformFailed} {
 		ch <- d
 	}
 }
@@ -43,6 +46,7 @@ func (c brokerCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(brokerUnacked, prometheus.GaugeValue, float64(s.Unacked), s.Name)
 			ch <- prometheus.MustNewConstMetric(brokerOldest, prometheus.GaugeValue, s.OldestUnacked.Seconds(), s.Name)
 			ch <- prometheus.MustNewConstMetric(brokerDeadLettered, prometheus.CounterValue, float64(s.DeadLettered), s.Name)
+			ch <- prometheus.MustNewConstMetric(brokerStreams, prometheus.GaugeValue, float64(s.Streams), s.Name)
 		}
 	}
 }

@@ -17,7 +17,8 @@ import (
 
 // TestBrokerMetrics: --metrics-addr serves what an operator watches a
 // subscription by (messages waiting, delivered and not acknowledged, the
-// oldest one's age) and the process's own goroutines and resident memory.
+// oldest one's age, the StreamingPull streams open) and the process's own
+// goroutines and resident memory.
 func TestBrokerMetrics(t *testing.T) {
 	maddr := freeAddr(t)
 	addr := serveBroker(t, "--listen", "127.0.0.1:0", "--project", "ops", "--subscription", "orders:orders-sub", "--metrics-addr", maddr)
@@ -65,6 +66,42 @@ func TestBrokerMetrics(t *testing.T) {
 	}
 	if code := testenv.Readyz(base); code != http.StatusOK {
 		t.Errorf("/readyz: %d, want 200", code)
+	}
+
+	// A StreamingPull stream counts while it is open, and no longer once
+	// its subscriber has gone.
+	if m["dedupflow_broker_open_streaming_pulls"+sub] != 0 {
+		t.Errorf("open_streaming_pulls %v before any stream, want 0", m["dedupflow_broker_open_streaming_pulls"+sub])
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	stream, err := c.SubscriptionAdminClient.StreamingPull(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&pb.StreamingPullRequest{Subscription: "projects/ops/subscriptions/orders-sub", StreamAckDeadlineSeconds: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := stream.Recv(); err != nil || len(r.ReceivedMessages) == 0 {
+		t.Fatalf("streaming pull: %v, %d messages", err, len(r.GetReceivedMessages()))
+	}
+	if m, err = testenv.Scrape(base); err != nil {
+		t.Fatal(err)
+	}
+	if got := m["dedupflow_broker_open_streaming_pulls"+sub]; got != 1 {
+		t.Errorf("open_streaming_pulls %v with one stream open, want 1", got)
+	}
+	cancel()
+	// The broker learns of the cancel from the connection.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if m, err = testenv.Scrape(base); err != nil {
+			t.Fatal(err)
+		}
+		if m["dedupflow_broker_open_streaming_pulls"+sub] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("open_streaming_pulls %v 10 s after the stream was cancelled, want 0", m["dedupflow_broker_open_streaming_pulls"+sub])
+		}
 	}
 }
 

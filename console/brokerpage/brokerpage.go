@@ -121,6 +121,7 @@ type subView struct {
 	Unacked       int             `json:"unacked"`
 	OldestUnacked float64         `json:"oldestUnackedSeconds"`
 	DeadLettered  int64           `json:"deadLettered"`
+	Streams       int             `json:"streams"`
 	Filter        string          `json:"filter,omitempty"`
 	PushEndpoint  string          `json:"pushEndpoint,omitempty"`
 	Detached      bool            `json:"detached,omitempty"`
@@ -156,7 +157,7 @@ func (p *page) state(w http.ResponseWriter, _ *http.Request) {
 		for _, s := range t.Subscriptions {
 			tv.Subscriptions = append(tv.Subscriptions, subView{
 				Name: s.Name, Backlog: s.Backlog, Unacked: s.Unacked, OldestUnacked: s.OldestUnacked.Seconds(),
-				DeadLettered: s.DeadLettered, Filter: s.Filter, PushEndpoint: s.PushEndpoint, Detached: s.Detached,
+				DeadLettered: s.DeadLettered, Streams: s.Streams, Filter: s.Filter, PushEndpoint: s.PushEndpoint, Detached: s.Detached,
 				Transforms: transformViews(s.Transforms),
 			})
 		}

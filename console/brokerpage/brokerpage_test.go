@@ -1,12 +1,15 @@
 package brokerpage
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
 	"github.com/dedupflow/dedupflow/broker"
 	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
@@ -116,4 +119,58 @@ func TestBrokerPageTransforms(t *testing.T) {
 		}
 	}
 	t.Fatalf("topic not on the page: %+v", state.Topics)
+}
+
+// TestBrokerPageStreams: a subscription's row counts the StreamingPull
+// streams open on it, so a subscriber that is not reading shows as 0.
+func TestBrokerPageStreams(t *testing.T) {
+	f := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := brokertest.Dial(t, f.addr, project)
+	sub := "projects/" + project + "/subscriptions/orders-sub"
+	streams := func() int {
+		t.Helper()
+		resp, err := http.Get(f.srv.URL + "/broker/api/state")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var state struct{ Topics []topicView }
+		if err := json.NewDecoder(resp.Body).Decode(&state); err != nil {
+			t.Fatal(err)
+		}
+		for _, tv := range state.Topics {
+			for _, s := range tv.Subscriptions {
+				if s.Name == sub {
+					return s.Streams
+				}
+			}
+		}
+		t.Fatalf("%s not on the page: %+v", sub, state.Topics)
+		return 0
+	}
+	if n := streams(); n != 0 {
+		t.Fatalf("%d streams before any subscriber, want 0", n)
+	}
+	if _, err := c.TopicAdminClient.Publish(ctx, &pb.PublishRequest{Topic: "projects/" + project + "/topics/orders",
+		Messages: []*pb.PubsubMessage{{Data: []byte("order 1")}, {Data: []byte("order 2")}}}); err != nil {
+		t.Fatal(err)
+	}
+	// One message each: a stream is open once it has delivered.
+	for range 2 {
+		st, err := c.SubscriptionAdminClient.StreamingPull(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&pb.StreamingPullRequest{Subscription: sub, StreamAckDeadlineSeconds: 60, MaxOutstandingMessages: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := streams(); n != 2 {
+		t.Fatalf("%d streams with two open, want 2", n)
+	}
 }

@@ -48,7 +48,7 @@
         cell(tr, t.name + (t.schema ? " (schema " + t.schema + ")" : "") + transforms(t.transforms));
         if (!s) {
           cell(tr, "no subscriptions", "hint");
-          for (let i = 0; i < 6; i++) cell(tr, "");
+          for (let i = 0; i < 7; i++) cell(tr, "");
           rows.push(tr);
           continue;
         }
@@ -59,6 +59,7 @@
         cell(tr, String(s.unacked), "num").dataset.field = "unacked";
         cell(tr, age(s.oldestUnackedSeconds), "num");
         cell(tr, String(s.deadLettered), "num");
+        cell(tr, String(s.streams), "num");
         cell(tr, (s.pushEndpoint ? "push to " + s.pushEndpoint : (s.filter ? "filter " + s.filter : "")) + transforms(s.transforms));
         const td = cell(tr, "");
         const b = document.createElement("button");
