@@ -187,7 +187,9 @@ var sectionsText = []sectionText{
 			"ID (a redelivery). The pipeline is stopped with SIGTERM every 30 s and killed with SIGKILL every 45 s (SIGKILL " +
 			"when both are due) and started again each time. Every second the bench reads both processes' " +
 			"`process_resident_memory_bytes` and `go_goroutines` from their `/metrics`. After each end of a pipeline run, " +
-			"the broker's goroutines must come back to their level before any pipeline connected. At the end the " +
+			"the broker must hold none of the subscription's streams open (`dedupflow_broker_open_streaming_pulls`) and its " +
+			"goroutines must come back to their level before any pipeline connected (the bench reads each process's page " +
+			"over one connection, so its own reads count the same at every check). At the end the " +
 			"table must hold exactly the published keys, none missing and none else, and the subscription must be drained; " +
 			"each process's peak resident memory must stay under its bound. The counts are the pipeline's own counters, " +
 			"summed over its runs (a killed run's last second of counts is lost). One soak per bench run: `--runs` does not " +

@@ -109,6 +109,7 @@ type soak struct {
 	totals   map[string]float64 // outcomes of finished runs
 	last     map[string]float64 // the running one's, at its last scrape
 	baseline float64            // the broker's goroutines before any pipeline
+	streams  float64            // the most streams the broker showed open on the subscription
 	web      *http.Client       // for /metrics pages
 }
 
@@ -187,6 +188,12 @@ func (s *soak) setup(ctx context.Context) error {
 
 func (s *soak) name(kind, id string) string {
 	return fmt.Sprintf("projects/%s/%s/%s", soakProject, kind, id)
+}
+
+// streamsSeries names the broker's count of streams open on the soak's
+// subscription.
+func (s *soak) streamsSeries() string {
+	return `dedupflow_broker_open_streaming_pulls{subscription="` + s.name("subscriptions", soakSub) + `"}`
 }
 
 func (s *soak) close() {
@@ -400,26 +407,29 @@ func (s *soak) serving(ctx context.Context, run *child) error {
 	return fmt.Errorf("%s did not serve its metrics within a minute of its start (log: %s)", run.name, run.tail())
 }
 
-// restart ends the run with sig, waits for the broker's goroutines to come
-// back to their level, and starts the next run.
+// restart ends the run with sig, waits for the broker to let go of the
+// run's streams and for its goroutines to come back to their level, and
+// starts the next run.
 func (s *soak) restart(ctx context.Context, sig syscall.Signal, published <-chan struct{}) error {
 	at := time.Since(s.start)
 	if err := s.endRun(ctx, sig); err != nil {
 		return err
 	}
 	ended := time.Now()
-	var seen float64
+	streams := s.streamsSeries()
+	var seen, open float64
 	for {
 		m, err := s.scrape(ctx, s.brokerURL)
 		if err != nil {
 			return err
 		}
-		if seen = m.value("go_goroutines"); seen <= s.baseline {
+		seen, open = m.value("go_goroutines"), m.value(streams)
+		if seen <= s.baseline && open == 0 {
 			break
 		}
 		if time.Since(ended) > 30*time.Second {
-			s.e.fail(fmt.Errorf("soak: 30 s after the %s of pipeline run %d the broker still ran %.0f goroutines, %.0f before any pipeline connected",
-				sig, s.runs, seen, s.baseline))
+			s.e.fail(fmt.Errorf("soak: 30 s after the %s of pipeline run %d the broker still ran %.0f goroutines, %.0f before any pipeline connected, and held %.0f of its streams open",
+				signalName(sig), s.runs, seen, s.baseline, open))
 			break
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -89,6 +89,9 @@ func (s *soak) sampleLoop(ctx context.Context) error {
 		run, n := s.run, s.runs
 		s.mu.Unlock()
 		smp := soakSample{at: time.Since(s.start), brokerRSS: bm.value("process_resident_memory_bytes"), brokerG: bm.value("go_goroutines")}
+		s.mu.Lock()
+		s.streams = max(s.streams, bm.value(s.streamsSeries()))
+		s.mu.Unlock()
 		if run != nil {
 			// A run that is starting or was just killed does not answer.
 			if pm, err := s.scrape(ctx, "http://"+s.pipeAddr+"/metrics"); err == nil {
@@ -190,6 +193,10 @@ func (s *soak) report() error {
 		rows, s.plan.keys, s.published.Load(), in, redel, repub, s.seeks.Load(), terms, kills, took.Round(time.Second))
 	if terms == 0 || kills == 0 {
 		e.fail(fmt.Errorf("soak: %d SIGTERM and %d SIGKILL restarts: the run was too short to restart the pipeline both ways", terms, kills))
+	}
+	if s.streams == 0 {
+		// Else the check that a run's streams are let go of proves nothing.
+		e.fail(fmt.Errorf("soak: the broker never showed a stream open on %s while the pipeline ran", s.name("subscriptions", soakSub)))
 	}
 	if redel == 0 || repub == 0 {
 		e.fail(fmt.Errorf("soak: the pipeline counted %.0f redeliveries and %.0f republishes: the workload did not reach it as planned", redel, repub))
