@@ -39,6 +39,21 @@ func start(t *testing.T) fixture {
 	return fixture{b: b, srv: srv, addr: addr}
 }
 
+// state reads what the page shows, as its script does.
+func (f fixture) state(t *testing.T) []topicView {
+	t.Helper()
+	resp, err := http.Get(f.srv.URL + "/broker/api/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var state struct{ Topics []topicView }
+	if err := json.NewDecoder(resp.Body).Decode(&state); err != nil {
+		t.Fatal(err)
+	}
+	return state.Topics
+}
+
 // TestBrokerPageGuards: the state-changing endpoints take only the page's
 // own requests, and the page answers only to local host names.
 func TestBrokerPageGuards(t *testing.T) {
@@ -101,16 +116,8 @@ func TestBrokerPageTransforms(t *testing.T) {
 		t.Fatalf("publish: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	resp, err = http.Get(f.srv.URL + "/broker/api/state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var state struct{ Topics []topicView }
-	if err := json.NewDecoder(resp.Body).Decode(&state); err != nil {
-		t.Fatal(err)
-	}
-	for _, tv := range state.Topics {
+	topics := f.state(t)
+	for _, tv := range topics {
 		if strings.HasSuffix(tv.Name, "/topics/filtered") {
 			if len(tv.Transforms) != 1 || tv.Transforms[0] != (transformView{Function: "drop", Filtered: 1}) {
 				t.Errorf("transforms %+v, want drop with 1 filtered", tv.Transforms)
@@ -118,7 +125,7 @@ func TestBrokerPageTransforms(t *testing.T) {
 			return
 		}
 	}
-	t.Fatalf("topic not on the page: %+v", state.Topics)
+	t.Fatalf("topic not on the page: %+v", topics)
 }
 
 // TestBrokerPageStreams: a subscription's row counts the StreamingPull
@@ -131,23 +138,15 @@ func TestBrokerPageStreams(t *testing.T) {
 	sub := "projects/" + project + "/subscriptions/orders-sub"
 	streams := func() int {
 		t.Helper()
-		resp, err := http.Get(f.srv.URL + "/broker/api/state")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var state struct{ Topics []topicView }
-		if err := json.NewDecoder(resp.Body).Decode(&state); err != nil {
-			t.Fatal(err)
-		}
-		for _, tv := range state.Topics {
+		topics := f.state(t)
+		for _, tv := range topics {
 			for _, s := range tv.Subscriptions {
 				if s.Name == sub {
 					return s.Streams
 				}
 			}
 		}
-		t.Fatalf("%s not on the page: %+v", sub, state.Topics)
+		t.Fatalf("%s not on the page: %+v", sub, topics)
 		return 0
 	}
 	if n := streams(); n != 0 {
