@@ -252,8 +252,16 @@ func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
 
 // RunBatch is Run on the batch path: in hands over a StreamingPull
 // response's messages at a time, the pipeline decides them with
-// HandleBatch, and in acks and nacks each as its outcome says.
+// HandleBatch, and in acks and nacks each as its outcome says. The
+// Registerer gets in's stream and invalid-ack counters for the run.
 func (p *Pipeline) RunBatch(ctx context.Context, in *pull.Receiver) error {
+	if p.reg != nil {
+		c := in.Collector()
+		if err := p.reg.Register(c); err != nil {
+			return fmt.Errorf("register the receiver's metrics: %w", err)
+		}
+		defer p.reg.Unregister(c)
+	}
 	ctx, stop := p.start(ctx)
 	defer stop()
 	err := in.Receive(ctx, func(ctx context.Context, ms []*pubsub.Message, rs []pull.Result) {

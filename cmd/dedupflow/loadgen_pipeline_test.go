@@ -101,4 +101,15 @@ func TestLoadgenThroughPipeline(t *testing.T) {
 	if s.KeylessEvents == 0 {
 		t.Fatal("the run had no keyless events; the missing-id path went untested")
 	}
+	// The batch receiver's own counters: its two streams, opened once
+	// each, and no ack refused on a subscription without exactly-once.
+	all, err := testenv.Scrape("http://" + metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{"dedupflow_streams_opened_total": 2, "dedupflow_invalid_acks_total": 0} {
+		if got, ok := all[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
+		}
+	}
 }

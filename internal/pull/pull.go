@@ -17,7 +17,7 @@
 //     that never answers (before protocol_version 1) is not held to it;
 //   - exactly-once subscriptions: ack IDs the server confirms as
 //     temporarily failed are acked again with the next request, invalid ones
-//     counted (Stats);
+//     counted (Stats, and Collector for Prometheus);
 //   - reconnects with backoff on retryable codes, keeping the client ID;
 //   - a clean stop: the batch being handled is finished and settled, the
 //     messages not yet handed over are nacked.

@@ -12,6 +12,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -425,6 +426,21 @@ func TestExactlyOnceConfirmations(t *testing.T) {
 	}
 	if st := r.Stats(); st.InvalidAcks != int64(first) {
 		t.Errorf("stats %+v: want %d invalid acks, those of the batch in hand at the seek", st, first)
+	}
+	// An operator sees the same on /metrics.
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(r.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		got[mf.GetName()] = mf.GetMetric()[0].GetCounter().GetValue()
+	}
+	want := map[string]float64{"dedupflow_invalid_acks_total": float64(first), "dedupflow_streams_opened_total": float64(r.Stats().Streams)}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("metrics %v, want %v", got, want)
 	}
 }
 
