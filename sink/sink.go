@@ -22,6 +22,12 @@ type Message struct {
 	EventTime   time.Time // from the timestamp attribute, else the publish time
 	// Key is the dedup key; empty for messages passed without dedup.
 	Key string
+	// Retaken: the key was claimed before by a write that never committed
+	// (its process died, or its lease ran out), so that write may have
+	// landed. A sink that upserts can ignore it; one that appends can look
+	// the key up before writing it again. Stores tell it where they still
+	// hold the abandoned claim; a false is not a promise.
+	Retaken bool
 }
 
 // Sink writes messages. Write returns only once the write is durable (a
