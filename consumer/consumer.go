@@ -98,7 +98,7 @@ type Options struct {
 	// Registerer, if set, gets the pipeline's metrics
 	// (dedupflow_messages_total{outcome}, dedupflow_received_total,
 	// dedupflow_missing_id_total{producer}, latency histograms) and
-	// dedupflow_handler_seconds. For several Dedups in one process, wrap
+	// dedupflow_handler_batch_seconds. For several Dedups in one process, wrap
 	// it with prometheus.WrapRegistererWith and a distinguishing label.
 	Registerer prometheus.Registerer
 }
@@ -168,13 +168,15 @@ func New(store dedup.Store, opt Options, f HandlerFunc) (*Dedup, error) {
 	}
 	d := &Dedup{opt: opt, f: f}
 	gc := gate.Config{
-		Policy: opt.Policy, Store: store, Work: gate.Work{Name: "handler", Do: d.run},
+		Policy: opt.Policy, Store: store, Work: gate.Work{Name: "handler", Do: gate.Each(d.run)},
 		RejectName: "OnReject", Hint: "set OnReject, or a dead-letter policy on the subscription",
 		Logger: opt.Logger, Now: opt.Now,
 	}
 	if opt.OnReject != nil {
-		gc.Reject = func(ctx context.Context, m *pubsub.Message, reason error) error {
-			return opt.OnReject(ctx, view(m), reason)
+		gc.Reject = func(ctx context.Context, ms []*pubsub.Message, reasons, errs []error) {
+			for i, m := range ms {
+				errs[i] = opt.OnReject(ctx, view(m), reasons[i])
+			}
 		}
 	}
 	if opt.OnDuplicate != nil {

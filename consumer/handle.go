@@ -53,17 +53,13 @@ func (d *Dedup) Handle(ctx context.Context, m *pubsub.Message) {
 			m.Nack()
 		}
 	}()
-	o := d.gate.Pass(ctx, m)
+	r := d.gate.Pass(ctx, m)
 	settled = true
-	if o.Acked() {
-		m.Ack()
-	} else {
-		m.Nack()
-	}
+	r.Settle(ctx, m)
 }
 
-// run is the gate's work: the handler, with the key in its context and
-// bounded by HandlerTimeout.
+// run is the gate's work for one message: the handler, with the key in its
+// context and bounded by HandlerTimeout.
 func (d *Dedup) run(ctx context.Context, it *gate.Item) error {
 	hctx := ctx
 	if it.Key != "" {

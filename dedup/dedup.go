@@ -221,13 +221,30 @@ type claimant struct {
 // (or until ctx ends) while another message of this process holds it. It
 // reports how long it waited, on the Deduper's clock.
 func (d *Deduper) enter(ctx context.Context, k Key, msgID string) (entered bool, waited time.Duration) {
+	return d.await(ctx, k, msgID, true)
+}
+
+// Await waits up to LocalWait (or until ctx ends) while another message of
+// this process holds k (ClaimBatch's Here), and reports whether k is free
+// now: a claim then finds that write's verdict, a Duplicate once it
+// committed, instead of a nack and a redelivery.
+func (d *Deduper) Await(ctx context.Context, k Key) bool {
+	free, _ := d.await(ctx, k, "", false)
+	return free
+}
+
+// await waits while another message of this process holds k; with take,
+// msgID then holds it.
+func (d *Deduper) await(ctx context.Context, k Key, msgID string, take bool) (free bool, waited time.Duration) {
 	var timeout <-chan time.Time
 	var start time.Time
 	for {
 		d.mu.Lock()
 		h, busy := d.local[k]
 		if !busy {
-			d.local[k] = claimant{msgID: msgID}
+			if take {
+				d.local[k] = claimant{msgID: msgID}
+			}
 			d.mu.Unlock()
 			return true, d.since(start)
 		}

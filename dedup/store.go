@@ -82,6 +82,10 @@ type Verdict struct {
 	// key's first sight this copy came (with a sliding horizon: after the
 	// latest caught copy), on the horizon's clock. The Deduper sets it.
 	Age time.Duration
+	// Retaken is, for a Proceed, that the key was taken over from a claim
+	// whose lease ran out before it committed or released: that write may
+	// have landed. Stores tell it only while they still hold the record.
+	Retaken bool
 }
 
 // Record is a store's record of a key, as Judge reads it; the zero Record
@@ -104,7 +108,7 @@ type Record struct {
 func Judge(r Record, now int64, tag uint32) Verdict {
 	switch {
 	case now >= r.Until:
-		return Verdict{Status: Proceed}
+		return Verdict{Status: Proceed, Retaken: r.Pending}
 	case r.Pending:
 		return Verdict{Status: InFlight}
 	case r.Tag == tag:

@@ -215,9 +215,9 @@ func TestFlakyNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, in := m["dedupflow_sink_seconds_count"], m[`dedupflow_sink_seconds_bucket{le="`+writeBound+`"}`]
+	n, in := m["dedupflow_sink_batch_seconds_count"], m[`dedupflow_sink_batch_seconds_bucket{le="`+writeBound+`"}`]
 	if n == 0 || in == 0 {
-		t.Errorf("no sink write counted in dedupflow_sink_seconds (count %v, le=%s %v)", n, writeBound, in)
+		t.Errorf("no sink write counted in dedupflow_sink_batch_seconds (count %v, le=%s %v)", n, writeBound, in)
 	}
 	if n > in {
 		t.Errorf("%v of %v sink writes took longer than %s s, past the write timeout", n-in, n, writeBound)

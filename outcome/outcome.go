@@ -6,6 +6,11 @@
 // alerts work for either.
 package outcome
 
+import (
+	"context"
+	"time"
+)
+
 // Outcome is what became of one received message.
 type Outcome string
 
@@ -45,4 +50,40 @@ type Counts struct {
 	// dead-lettered by the late policy; they are also in Emitted or
 	// DeadLettered.
 	TooLate int64
+}
+
+// Result is what becomes of one message: its outcome and, when the outcome
+// nacks it, how long its receiver holds it first, so a message that cannot
+// go on yet (a key in flight elsewhere, a store or sink that is down, an
+// unusable message with nowhere to go) does not come straight back.
+type Result struct {
+	Outcome   Outcome
+	NackAfter time.Duration
+}
+
+// Delivery is a received message as a receiver settles it: a
+// *pubsub.Message.
+type Delivery interface {
+	Ack()
+	Nack()
+}
+
+// Settle applies r to d on a receiver that settles one message at a time
+// (the client's callback): it acks d, or holds it for NackAfter (less if
+// ctx ends first) and nacks it. A batch receiver sets the ack deadline of
+// such a message to NackAfter instead.
+func (r Result) Settle(ctx context.Context, d Delivery) {
+	if r.Outcome.Acked() {
+		d.Ack()
+		return
+	}
+	if r.NackAfter > 0 {
+		t := time.NewTimer(r.NackAfter)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	d.Nack()
 }

@@ -9,11 +9,11 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/dedupflow/dedupflow/dedup"
-	"github.com/dedupflow/dedupflow/internal/pull"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/internal/testenv/brokertest"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/dedupflow/dedupflow/pubsubio/pull"
 )
 
 // TestHandleBatch: a batch with copies within it and of an earlier batch
@@ -26,8 +26,12 @@ func TestHandleBatch(t *testing.T) {
 		for i, s := range specs {
 			ms[i] = &pubsub.Message{ID: s[0], Data: []byte(s[0]), PublishTime: time.Now(), Attributes: map[string]string{"key": s[1]}}
 		}
-		outs := make([]pipeline.Outcome, len(ms))
-		r.p.HandleBatch(context.Background(), ms, outs)
+		rs := make([]pipeline.Result, len(ms))
+		r.p.HandleBatch(context.Background(), ms, rs)
+		outs := make([]pipeline.Outcome, len(rs))
+		for i := range rs {
+			outs[i] = rs[i].Outcome
+		}
 		return outs
 	}
 	outs := batch([2]string{"1", "a"}, [2]string{"2", "b"}, [2]string{"3", "a"}, [2]string{"4", "c"})

@@ -18,11 +18,15 @@ import (
 // too many attributes to add the reason to.
 const AttrEnvelope = "dedupflow_envelope"
 
-// deadLetter is the gate's Reject: an unusable message, with the reason,
-// to the dead-letter topic.
-func (p *Pipeline) deadLetter(ctx context.Context, in *pubsub.Message, reason error) error {
-	m := &sink.Message{ID: in.ID, Data: in.Data, Attributes: in.Attributes, PublishTime: in.PublishTime, EventTime: in.PublishTime}
-	return p.dl.Write(ctx, deadLetterOf(m, reason))
+// deadLetters is the gate's Reject: unusable messages, each with its
+// reason, to the dead-letter topic in one write.
+func (p *Pipeline) deadLetters(ctx context.Context, ins []*pubsub.Message, reasons, errs []error) {
+	ms := make([]*sink.Message, len(ins))
+	for i, in := range ins {
+		m := &sink.Message{ID: in.ID, Data: in.Data, Attributes: in.Attributes, PublishTime: in.PublishTime, EventTime: in.PublishTime}
+		ms[i] = deadLetterOf(m, reasons[i])
+	}
+	sink.WriteBatch(ctx, p.dl, ms, errs)
 }
 
 // AttrDataDropped, on a dead letter without data, gives the size of the

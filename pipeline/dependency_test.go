@@ -25,8 +25,11 @@ func TestDependencyUpGauge(t *testing.T) {
 	var failing atomic.Bool
 	failing.Store(true)
 	reg := prometheus.NewRegistry()
+	var clock atomic.Int64 // the pipeline's clock, moved on by the holds it asks for
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
 	p, err := pipeline.New(pipeline.Config{Policy: dedup.Policy{IDAttribute: "key"}}, pipeline.Deps{
-		Store: mem.New(), Logger: testenv.Logger(), Registerer: reg,
+		Store: mem.New(), Logger: testenv.Logger(), Registerer: reg, Now: now,
 		Sink: sinkFunc(func(context.Context, *sink.Message) error {
 			if failing.Load() {
 				return errors.New("injected: sink down")
@@ -43,14 +46,19 @@ func TestDependencyUpGauge(t *testing.T) {
 	msg := func(id string) *pubsub.Message {
 		return &pubsub.Message{ID: id, Attributes: map[string]string{"key": id}, Data: []byte(id), PublishTime: time.Now()}
 	}
-	if p.Handle(t.Context(), msg("m1")) {
-		t.Fatal("a message whose write failed was acked")
+	r := p.Handle(t.Context(), msg("m1"))
+	if r.Outcome.Acked() || r.NackAfter <= 0 {
+		t.Fatalf("a message whose write failed: %+v, want nacked after the sink's pause", r)
 	}
 	if up("sink") != 0 || up("store") != 1 || p.Ready() {
 		t.Fatalf("after a failed write: sink %v, store %v, ready %v; want 0, 1, false", up("sink"), up("store"), p.Ready())
 	}
+	if r := p.Handle(t.Context(), msg("m2")); r.Outcome.Acked() || r.NackAfter <= 0 {
+		t.Fatalf("a message during the sink's pause: %+v, want held and nacked, not written", r)
+	}
 	failing.Store(false)
-	if !p.Handle(t.Context(), msg("m2")) {
+	clock.Add(int64(r.NackAfter)) // the receiver held m1 that long
+	if !p.Handle(t.Context(), msg("m2")).Outcome.Acked() {
 		t.Fatal("a message written after the sink recovered was not acked")
 	}
 	if up("sink") != 1 || !p.Ready() {

@@ -20,3 +20,7 @@ const (
 
 // Counts are the pipeline's counters at one moment.
 type Counts = outcome.Counts
+
+// Result is what becomes of one message: its outcome and, for a nack, how
+// long its receiver holds it first (see package outcome).
+type Result = outcome.Result

@@ -32,7 +32,7 @@ import (
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/internal/advice"
 	"github.com/dedupflow/dedupflow/internal/gate"
-	"github.com/dedupflow/dedupflow/internal/pull"
+	"github.com/dedupflow/dedupflow/pubsubio/pull"
 	"github.com/dedupflow/dedupflow/sink"
 )
 
@@ -155,14 +155,14 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 		Policy: cfg.Policy, Store: d.Store, Shadow: cfg.Shadow, Audit: p.audit,
 		// The write outlives a shutdown signal: finishing it (and acking)
 		// is better than leaving a key pending until its lease runs out.
-		Work:          gate.Work{Name: "sink", Do: p.write, DoBatch: p.writeBatch, Dependency: true, Outlive: true},
+		Work:          gate.Work{Name: "sink", Do: p.write, Dependency: true, Outlive: true},
 		RejectName:    "dead-letter topic",
 		Hint:          "set --dead-letter-topic to move such messages aside",
 		SettleTimeout: cfg.WriteTimeout, HorizonKeys: d.HorizonKeys,
 		Logger: d.Logger, Now: d.Now,
 	}
 	if p.dl != nil {
-		gc.Reject = p.deadLetter
+		gc.Reject = p.deadLetters
 	}
 	g, err := gate.New(gc)
 	if err != nil {
@@ -237,22 +237,18 @@ func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
 	ctx, stop := p.start(ctx)
 	defer stop()
 	err := in.Receive(ctx, func(ctx context.Context, m *pubsub.Message) {
-		if !p.Handle(ctx, m) {
-			m.Nack()
-			return
-		}
 		// Not AckWithResult: with exactly-once delivery an ack the server
 		// refuses means the message comes back, and it is then caught as
 		// a redelivery, so waiting for the result changes nothing (and
 		// the result cost a channel per message on every subscription).
-		m.Ack()
+		p.Handle(ctx, m).Settle(ctx, m)
 	})
 	return p.ended(err)
 }
 
-// RunBatch is Run on the batch path: in hands over a StreamingPull
-// response's messages at a time, the pipeline decides them with
-// HandleBatch, and in acks and nacks each as its outcome says. The
+// RunBatch is Run on the batch path (pull.New makes in): in hands over a
+// StreamingPull response's messages at a time, the pipeline decides them
+// with HandleBatch, and in acks and nacks each as its result says. The
 // Registerer gets in's stream and invalid-ack counters for the run.
 func (p *Pipeline) RunBatch(ctx context.Context, in *pull.Receiver) error {
 	if p.reg != nil {
@@ -265,10 +261,10 @@ func (p *Pipeline) RunBatch(ctx context.Context, in *pull.Receiver) error {
 	ctx, stop := p.start(ctx)
 	defer stop()
 	err := in.Receive(ctx, func(ctx context.Context, ms []*pubsub.Message, rs []pull.Result) {
-		outs := make([]Outcome, len(ms))
-		p.HandleBatch(ctx, ms, outs)
-		for i, o := range outs {
-			rs[i] = pull.Result{Ack: o.Acked(), NackAfter: NackDelay(o)}
+		out := make([]Result, len(ms))
+		p.HandleBatch(ctx, ms, out)
+		for i, r := range out {
+			rs[i] = pull.Result{Ack: r.Outcome.Acked(), NackAfter: r.NackAfter}
 		}
 	})
 	return p.ended(err)
@@ -309,25 +305,19 @@ func (p *Pipeline) start(ctx context.Context) (context.Context, func()) {
 	}
 }
 
-// Handle processes one message and reports whether to ack it (true) or
-// nack it so it comes back (false).
-func (p *Pipeline) Handle(ctx context.Context, in *pubsub.Message) bool {
-	return p.gate.Pass(ctx, in).Acked()
+// Handle processes one message and returns its result: ack it, or nack
+// it after the result's NackAfter (Result.Settle does either).
+func (p *Pipeline) Handle(ctx context.Context, in *pubsub.Message) Result {
+	return p.gate.Pass(ctx, in)
 }
 
 // HandleBatch processes a batch of messages, as a StreamingPull response
-// brings them, and sets outs[i] to the outcome of ins[i]: ack it when
-// outs[i].Acked(), else nack it, after NackDelay(outs[i]). Each
-// message is decided as Handle decides it; the batch shares the store's
-// calls and one sink write (see gate.PassBatch).
-func (p *Pipeline) HandleBatch(ctx context.Context, ins []*pubsub.Message, outs []Outcome) {
-	p.gate.PassBatch(ctx, ins, outs)
+// brings them, and sets rs[i] to the result of ins[i]. Each message is
+// decided as Handle decides it; the batch shares the store's calls, one
+// sink write and one write to the dead-letter topic (see gate.PassBatch).
+func (p *Pipeline) HandleBatch(ctx context.Context, ins []*pubsub.Message, rs []Result) {
+	p.gate.PassBatch(ctx, ins, rs)
 }
-
-// NackDelay is how long a receiver waits before it nacks a message whose
-// outcome is o (a copy in flight elsewhere would otherwise come straight
-// back); 0 for the others.
-func NackDelay(o Outcome) time.Duration { return gate.NackDelay(o) }
 
 func keptIn(t audit.Target) string {
 	if t == nil {
@@ -336,16 +326,12 @@ func keptIn(t audit.Target) string {
 	return t.String()
 }
 
-// write is the pipeline's work: the input, with the key in the output id
-// attribute, to the sink. A message deduped on its message ID carries
-// dedup.MessageIDKey(ID), a namespace no publisher's key may use, so a
-// downstream reader of the attribute never takes it for an event's key.
-func (p *Pipeline) write(ctx context.Context, it *gate.Item) error {
-	return p.sink.Write(ctx, p.output(it))
-}
-
-// writeBatch is write for many items: one sink call.
-func (p *Pipeline) writeBatch(ctx context.Context, its []*gate.Item, errs []error) {
+// write is the pipeline's work: the inputs, each with its key in the
+// output id attribute, to the sink in one call. A message deduped on its
+// message ID carries dedup.MessageIDKey(ID), a namespace no publisher's
+// key may use, so a downstream reader of the attribute never takes it for
+// an event's key.
+func (p *Pipeline) write(ctx context.Context, its []*gate.Item, errs []error) {
 	ms := make([]*sink.Message, len(its))
 	for i, it := range its {
 		ms[i] = p.output(it)
@@ -356,7 +342,7 @@ func (p *Pipeline) writeBatch(ctx context.Context, its []*gate.Item, errs []erro
 func (p *Pipeline) output(it *gate.Item) *sink.Message {
 	in := it.In
 	m := &sink.Message{ID: in.ID, Data: in.Data, Attributes: in.Attributes, PublishTime: in.PublishTime,
-		EventTime: it.EventTime, Key: it.Key}
+		EventTime: it.EventTime, Key: it.Key, Retaken: it.Retaken}
 	if it.Key == "" {
 		return m
 	}

@@ -38,7 +38,7 @@ type jobFlags struct {
 }
 
 // receiveFlags choose how a pulling pipeline receives: the official
-// client's Receive, a message at a time, or the batch path (internal/pull).
+// client's Receive, a message at a time, or the batch path (pubsubio/pull).
 type receiveFlags struct {
 	receiver  string
 	streams   int
@@ -50,9 +50,9 @@ type receiveFlags struct {
 // verifies against the keys at jwks.
 type pushFlags struct{ addr, path, audience, serviceAccount, jwks string }
 
-// defaultMaxBytes bounds the payloads held at once per stream, so that the
-// default pipeline stays under about 1 GiB with two streams even when
-// every message is near Pub/Sub's 10 MB.
+// defaultMaxBytes bounds the payloads held at once, so that the default
+// pipeline stays under about 1 GiB even when every message is near
+// Pub/Sub's 10 MB (with --receiver client, under it per stream).
 const defaultMaxBytes = 400 << 20
 
 // nameFlags name what is read and written.
@@ -96,8 +96,8 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.table, "table", "events", "table of a database sink")
 	fs.StringVar(&s.onConflict, "on-conflict", "nothing", "database sink, key already written: nothing (keep the first row) or update (last write wins)")
 	fs.BoolVar(&j.shadow, "shadow", false, "decide and count duplicates but emit every message")
-	fs.IntVar(&j.maxOutstanding, "max-outstanding", 4000, "messages held at once (per stream, the server hands out at most this many unacked; acks go out every 100 ms, so this bounds throughput)")
-	fs.IntVar(&j.maxBytes, "max-outstanding-bytes", defaultMaxBytes, "payload bytes held at once per stream (bounds memory with large messages)")
+	fs.IntVar(&j.maxOutstanding, "max-outstanding", 4000, "messages held at once, received and not yet acked or nacked, across all --streams (split between them; each batch is acked in one request as soon as it is settled); with --receiver client, per stream")
+	fs.IntVar(&j.maxBytes, "max-outstanding-bytes", defaultMaxBytes, "payload bytes held at once across all --streams (bounds memory with large messages); with --receiver client, per stream")
 	fs.StringVar(&j.receive.receiver, "receiver", "batch", "how messages are pulled: batch (StreamingPull on the low-level client, a response at a time: one store call, one sink write and one ack request per batch) or client (the official client's Receive, one message at a time)")
 	fs.IntVar(&j.receive.streams, "streams", 2, "StreamingPull streams to keep open")
 	durationVar(fs, &j.receive.batchWait, "batch-wait", 0, "with --receiver batch: the longest a message waits for its batch to fill while the stream is idle (0: hand over at once what has arrived; under load messages gather while a batch is in work, so batches grow by themselves)")

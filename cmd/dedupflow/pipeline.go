@@ -12,12 +12,12 @@ import (
 
 	"github.com/dedupflow/dedupflow/audit/redisaudit"
 	"github.com/dedupflow/dedupflow/dedup"
-	"github.com/dedupflow/dedupflow/internal/pull"
 	"github.com/dedupflow/dedupflow/internal/pushauth"
 	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
+	"github.com/dedupflow/dedupflow/pubsubio/pull"
 	"github.com/dedupflow/dedupflow/sink/topic"
 )
 

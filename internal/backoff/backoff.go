@@ -65,17 +65,19 @@ func NewTracker(name, downMsg string, log *slog.Logger, now func() time.Time) *T
 	return &Tracker{name: name, downMsg: downMsg, log: log, now: now, lo: 100 * time.Millisecond, hi: 5 * time.Second}
 }
 
-// Wait blocks while the dependency is in a pause.
-func (t *Tracker) Wait(ctx context.Context) error {
+// Pause is how much of the dependency's pause is left: zero while it
+// answers. Work for it that arrives meanwhile is held that long (a nack
+// delay) instead of being tried.
+func (t *Tracker) Pause() time.Duration {
 	if !t.failing.Load() {
-		return ctx.Err()
+		return 0
 	}
 	t.mu.Lock()
 	d := t.until.Sub(t.now())
 	t.mu.Unlock()
 	// An injected clock may stand still; never hold longer than one
 	// maximal pause of real time.
-	return Sleep(ctx, min(d, t.hi))
+	return min(max(d, 0), t.hi)
 }
 
 // OK records a success.

@@ -1,7 +1,6 @@
 package backoff
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,15 +29,16 @@ func TestTracker(t *testing.T) {
 	if tr.Ready() {
 		t.Fatal("ready after a failure")
 	}
-	// The pause is in force: a short deadline ends the wait.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	if err := tr.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("wait during a pause: %v, want the context's deadline", err)
+	// The pause is in force: what is left of it is the hold.
+	if d := tr.Pause(); d < 50*time.Millisecond || d > 100*time.Millisecond {
+		t.Fatalf("pause after the first failure %v, want within [50ms, 100ms]", d)
 	}
 	now = now.Add(time.Minute) // the pause is over
-	if err := tr.Wait(context.Background()); err != nil {
-		t.Fatal(err)
+	if d := tr.Pause(); d != 0 {
+		t.Fatalf("pause %v after it ended, want 0", d)
+	}
+	if tr.Ready() {
+		t.Fatal("ready before the dependency answered again")
 	}
 	began := now // a call made during the outage
 	now = now.Add(time.Second)

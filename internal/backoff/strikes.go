@@ -1,7 +1,6 @@
 package backoff
 
 import (
-	"context"
 	"sync"
 	"time"
 )
@@ -30,15 +29,15 @@ func (s *Strikes) Add(id string) int {
 	return s.n[id]
 }
 
-// Wait counts one more delivery of id, calls report with the count when it
-// deserves a log line (see Report), and waits for the delivery's pause:
-// lo doubling up to hi, or until ctx is done.
-func (s *Strikes) Wait(ctx context.Context, id string, lo, hi time.Duration, report func(n int)) {
+// Next counts one more delivery of id, calls report with the count when it
+// deserves a log line (see Report), and returns how long to hold the
+// delivery before its nack: lo doubling up to hi.
+func (s *Strikes) Next(id string, lo, hi time.Duration, report func(n int)) time.Duration {
 	n := s.Add(id)
 	if Report(n) {
 		report(n)
 	}
-	_ = Sleep(ctx, Delay(n, lo, hi))
+	return Delay(n, lo, hi)
 }
 
 // Report says whether the n-th strike deserves a log line: the first, the

@@ -53,6 +53,26 @@ type rig struct {
 	written  []string // message IDs, in the order written
 	rejected []string
 	batches  int
+	clock    time.Time // the gate's clock: a receiver's hold moves it on
+}
+
+func (r *rig) now() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.clock
+}
+
+// held moves the clock on by the longest nack delay of rs, as a receiver
+// that holds those messages before their nacks lets that time pass before
+// the next batch.
+func (r *rig) held(rs []outcome.Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var d time.Duration
+	for _, res := range rs {
+		d = max(d, res.NackAfter)
+	}
+	r.clock = r.clock.Add(d)
 }
 
 func newRig(t *testing.T, s dedup.Store, missing dedup.Missing) *rig {
@@ -62,7 +82,7 @@ func newRig(t *testing.T, s dedup.Store, missing dedup.Missing) *rig {
 // newRigIn is newRig in the time domain domain.
 func newRigIn(t *testing.T, s dedup.Store, missing dedup.Missing, domain dedup.TimeDomain) *rig {
 	t.Helper()
-	r := &rig{}
+	r := &rig{clock: time.Now()}
 	do := func(_ context.Context, it *Item) error {
 		switch string(it.In.Data) {
 		case "fail":
@@ -81,7 +101,8 @@ func newRigIn(t *testing.T, s dedup.Store, missing dedup.Missing, domain dedup.T
 	r.g, err = New(Config{
 		Policy: dedup.Policy{IDAttribute: "key", Missing: missing, TimeDomain: domain},
 		Store:  s,
-		Work: Work{Name: "sink", Do: do, Dependency: true, DoBatch: func(ctx context.Context, its []*Item, errs []error) {
+		Now:    r.now,
+		Work: Work{Name: "sink", Dependency: true, Do: func(ctx context.Context, its []*Item, errs []error) {
 			r.mu.Lock()
 			r.batches++
 			r.mu.Unlock()
@@ -89,11 +110,12 @@ func newRigIn(t *testing.T, s dedup.Store, missing dedup.Missing, domain dedup.T
 				errs[i] = do(ctx, it)
 			}
 		}},
-		Reject: func(_ context.Context, in *pubsub.Message, _ error) error {
+		Reject: func(_ context.Context, ins []*pubsub.Message, _, _ []error) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			r.rejected = append(r.rejected, in.ID)
-			return nil
+			for _, in := range ins {
+				r.rejected = append(r.rejected, in.ID)
+			}
 		},
 	})
 	if err != nil {
@@ -118,9 +140,26 @@ func msgs(specs ...string) []*pubsub.Message {
 }
 
 func (r *rig) batch(ms []*pubsub.Message) []outcome.Outcome {
+	rs := r.results(ms)
 	outs := make([]outcome.Outcome, len(ms))
-	r.g.PassBatch(context.Background(), ms, outs)
+	for i := range rs {
+		outs[i] = rs[i].Outcome
+	}
 	return outs
+}
+
+func (r *rig) results(ms []*pubsub.Message) []outcome.Result {
+	rs := make([]outcome.Result, len(ms))
+	r.g.PassBatch(context.Background(), ms, rs)
+	r.held(rs)
+	return rs
+}
+
+// pass is Pass's outcome for m.
+func (r *rig) pass(m *pubsub.Message) outcome.Outcome {
+	res := r.g.Pass(context.Background(), m)
+	r.held([]outcome.Result{res})
+	return res.Outcome
 }
 
 // TestPassBatchSameOutcomesAsPass: a stream of messages (new keys, copies
@@ -152,7 +191,7 @@ func testPassBatchSameOutcomesAsPass(t *testing.T, domain dedup.TimeDomain) {
 			one := newRigIn(t, mem.New(), missing, domain)
 			var want []outcome.Outcome
 			for _, m := range msgs(stream...) {
-				want = append(want, one.g.Pass(context.Background(), m))
+				want = append(want, one.pass(m))
 			}
 			if k := keyless[missing]; want[7] != k[0] || want[13] != k[1] {
 				t.Fatalf("Pass gave the keyless message %s then %s, want %s then %s", want[7], want[13], k[0], k[1])
@@ -216,22 +255,22 @@ func TestPassBatchInFlightElsewhere(t *testing.T) {
 	s := mem.New()
 	a, b := newRig(t, s, dedup.Fallback), newRig(t, s, dedup.Fallback)
 	writing, finish := make(chan struct{}), make(chan struct{})
-	a.g.cfg.Work.DoBatch = func(context.Context, []*Item, []error) {
+	a.g.cfg.Work.Do = func(context.Context, []*Item, []error) {
 		close(writing)
 		<-finish
 	}
 	done := make(chan []outcome.Outcome)
 	go func() { done <- a.batch(msgs("1:k:x")) }()
 	<-writing
-	outs := b.batch(msgs("2:k:x", "3:other:x"))
-	if outs[0] != outcome.InFlightConflict || outs[1] != outcome.Emitted {
-		t.Fatalf("outcomes %v, want in flight (nacked), emitted", outs)
+	rs := b.results(msgs("2:k:x", "3:other:x"))
+	if rs[0].Outcome != outcome.InFlightConflict || rs[1].Outcome != outcome.Emitted {
+		t.Fatalf("results %v, want in flight (nacked), emitted", rs)
 	}
-	if d := NackDelay(outs[0]); d <= 0 {
-		t.Errorf("NackDelay of an in-flight copy %v, want a pause", d)
+	if d := rs[0].NackAfter; d <= 0 {
+		t.Errorf("nack delay of an in-flight copy %v, want a pause", d)
 	}
-	if NackDelay(outcome.Retried) != 0 {
-		t.Error("NackDelay of a retried message, want none")
+	if d := rs[1].NackAfter; d != 0 {
+		t.Errorf("nack delay of an emitted message %v, want none", d)
 	}
 	close(finish)
 	if outs := <-done; outs[0] != outcome.Emitted {
@@ -271,11 +310,11 @@ func TestPassBatchStoreDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ms := msgs("1:a:x", "2:b:x")
-	outs := make([]outcome.Outcome, len(ms))
-	r.g.PassBatch(ctx, ms, outs)
-	for i, o := range outs {
-		if o != outcome.Retried {
-			t.Fatalf("message %d: %s, want retried", i, o)
+	rs := make([]outcome.Result, len(ms))
+	r.g.PassBatch(ctx, ms, rs)
+	for i, res := range rs {
+		if res.Outcome != outcome.Retried || res.NackAfter <= 0 {
+			t.Fatalf("message %d: %+v, want retried after the store's pause", i, res)
 		}
 	}
 	if r.g.Ready() || len(r.written) != 0 {
@@ -315,7 +354,9 @@ func (c *commitsFail) Commit(ctx context.Context, k dedup.Key, msgID string, exp
 
 func (c *commitsFail) CommitBatch(ctx context.Context, es []dedup.Entry, errs []error) {
 	if err := c.failFirst(); err != nil {
-		fill(errs, err)
+		for i := range errs {
+			errs[i] = err
+		}
 		return
 	}
 	c.Store.CommitBatch(ctx, es, errs)
@@ -337,7 +378,7 @@ func TestCommitFailureNotReady(t *testing.T) {
 				outs = r.batch(ms)
 			} else {
 				for _, m := range ms[:1] {
-					outs = append(outs, r.g.Pass(context.Background(), m))
+					outs = append(outs, r.pass(m))
 				}
 			}
 			if outs[0] != outcome.Emitted {

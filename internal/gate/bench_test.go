@@ -34,7 +34,7 @@ func BenchmarkPass(b *testing.B) {
 	}{{"with-delays", true, false}, {"without-delays", false, false}, {"parallel", true, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			g, err := New(Config{Policy: dedup.Policy{IDAttribute: "key"}, Store: mem.New(),
-				Work: Work{Name: "sink", Do: func(context.Context, *Item) error { return nil }, Dependency: true}})
+				Work: Work{Name: "sink", Do: func(context.Context, []*Item, []error) {}, Dependency: true}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -83,9 +83,8 @@ func BenchmarkPass(b *testing.B) {
 func BenchmarkPassBatch(b *testing.B) {
 	for _, size := range []int{1, 500} {
 		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
-			nop := func(context.Context, *Item) error { return nil }
 			g, err := New(Config{Policy: dedup.Policy{IDAttribute: "key"}, Store: mem.New(),
-				Work: Work{Name: "sink", Do: nop, Dependency: true, DoBatch: func(context.Context, []*Item, []error) {}}})
+				Work: Work{Name: "sink", Do: func(context.Context, []*Item, []error) {}, Dependency: true}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -99,7 +98,7 @@ func BenchmarkPassBatch(b *testing.B) {
 					Attributes: map[string]string{"key": strconv.Itoa(g10*10 + r)}}
 			}
 			ms := make([]*pubsub.Message, 0, size)
-			outs := make([]outcome.Outcome, size)
+			outs := make([]outcome.Result, size)
 			b.ReportAllocs()
 			n := 0
 			for b.Loop() {

@@ -17,7 +17,6 @@ package gate
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -41,6 +40,12 @@ type Item struct {
 	EventTime time.Time
 	// LateDuplicate: the audit filter saw the key beyond the horizon.
 	LateDuplicate bool
+	// Retaken: a process may have written this message before and died
+	// before it committed the key (see sink.Message.Retaken): the store
+	// held an abandoned claim of the key, or the message was published
+	// before this gate started and came within a redelivery's reach of
+	// that start.
+	Retaken bool
 
 	// hash is Key as the store and the audit hold it (dedup.KeyOf), and
 	// auditAt the time the audit files it under (set with an audit only).
@@ -50,17 +55,15 @@ type Item struct {
 
 // Work is the front end's step: write to a sink, call a handler.
 type Work struct {
-	// Name names the step in logs and in the dedupflow_NAME_seconds
+	// Name names the step in logs and in the dedupflow_NAME_batch_seconds
 	// histogram: "sink", "handler".
 	Name string
-	// Do does the work; nil means done. An error wrapping
-	// dedup.ErrPermanent sends the message to Reject; one wrapping
-	// dedup.ErrFatal stops the gate; any other brings the message back.
-	Do func(ctx context.Context, it *Item) error
-	// DoBatch, if set, does the work of many items at once (one sink
-	// write) for PassBatch: errs[i] is its[i]'s result, read as Do's.
-	// Nil: PassBatch calls Do for every item at once.
-	DoBatch func(ctx context.Context, its []*Item, errs []error)
+	// Do does the work of its at once (one sink write, say) and sets
+	// errs[i] to its[i]'s result: nil means done, an error wrapping
+	// dedup.ErrPermanent sends the message to Reject, one wrapping
+	// dedup.ErrFatal stops the gate, any other brings it back. its holds
+	// one item on a receiver that hands over one message at a time.
+	Do func(ctx context.Context, its []*Item, errs []error)
 	// Dependency says a failure means the step's dependency is down (a
 	// sink): the gate then backs off and reports not ready. Otherwise a
 	// failure is the message's own (a handler's error).
@@ -88,11 +91,12 @@ type Config struct {
 	Audit *audit.Filter
 
 	Work Work
-	// Reject takes a message that cannot be used (no usable key or time,
-	// a permanent work error) aside; nil from it acks the message. Nil
-	// Reject: such a message is held back and nacked, logged with Hint
-	// (how to move such messages aside).
-	Reject func(ctx context.Context, in *pubsub.Message, reason error) error
+	// Reject takes messages that cannot be used (no usable key or time, a
+	// permanent work error) aside, all at once, with the reason for each:
+	// errs[i] is ins[i]'s result, and nil acks it. Nil Reject: such a
+	// message is held back and nacked, logged with Hint (how to move such
+	// messages aside).
+	Reject func(ctx context.Context, ins []*pubsub.Message, reasons, errs []error)
 	// RejectName names Reject's destination in logs ("dead-letter topic").
 	RejectName string
 	Hint       string
@@ -116,6 +120,9 @@ type Gate struct {
 	m    *metrics
 	by   *deadlines
 	hold backoff.Strikes // unusable messages without Reject
+	// started is when the gate began: a message published before it may
+	// have been in a stopped process's hands.
+	started time.Time
 
 	storeHealth  *backoff.Tracker
 	workHealth   *backoff.Tracker // nil unless the work is a dependency
@@ -160,7 +167,8 @@ func New(cfg Config) (*Gate, error) {
 	}
 	g.m = newMetrics(cfg.Work.Name, g.dd.Horizon(), auditHorizon)
 	g.m.horizon = cfg.HorizonKeys
-	g.m.horizonS, g.m.mode, g.m.started = g.dd.Horizon().Seconds(), g.dd.Mode().String(), g.now()
+	g.started = g.now()
+	g.m.horizonS, g.m.mode, g.m.started = g.dd.Horizon().Seconds(), g.dd.Mode().String(), g.started
 	if g.dd.Domain() == dedup.EventTime {
 		g.m.watermark = g.dd.Watermark
 	}
@@ -227,215 +235,27 @@ func (g *Gate) stop(err error) {
 	})
 }
 
-// Pass runs m through the gate and returns its outcome; the caller acks
-// it if the outcome is acked, and nacks it otherwise.
-func (g *Gate) Pass(ctx context.Context, in *pubsub.Message) (o outcome.Outcome) {
-	g.m.Received()
-	settled := false
-	defer func() {
-		if !settled { // unwinding from a panic in the work or a callback
-			o = outcome.Retried
-		}
-		if a := g.cfg.ProducerAttribute; a != "" {
-			g.m.CountFrom(o, in.Attributes[a])
-		} else {
-			g.m.Count(o)
-		}
-	}()
-	o = g.pass(ctx, in)
-	settled = true
-	return o
+// auditTime is the time the audit files a key under: the processing clock,
+// or in event time the event time, held back to the processing clock (as
+// the watermark is) so a producer's future-dated clock cannot rotate every
+// generation out.
+func (g *Gate) auditTime(et time.Time) time.Time {
+	now := g.now()
+	if g.dd.Domain() == dedup.EventTime && et.Before(now) {
+		return et
+	}
+	return now
 }
 
-// pass runs one message: its key, then the decision. The two are apart so
-// that the key's parsing and hashing leave no frame on the stack while the
-// claim and the work run: the client runs each message on a new goroutine,
-// and a deeper path makes more of them grow (and copy) their stack.
-func (g *Gate) pass(ctx context.Context, in *pubsub.Message) outcome.Outcome {
-	if g.Err() != nil {
-		return outcome.Retried
+// suspect asks the audit whether a key the exact horizon no longer holds
+// was seen before, and records how late the copy came.
+func (g *Gate) suspect(it *Item) bool {
+	if g.cfg.Audit == nil {
+		return false
 	}
-	it, o := g.keyed(ctx, in)
-	switch {
-	case it == nil:
-		return o
-	case it.Source == dedup.SourceNone:
-		return g.work(ctx, it, nil, false, time.Time{})
+	seen, ok := g.cfg.Audit.Seen(it.hash, it.auditAt)
+	if ok {
+		g.m.lateDelay.Observe(max(it.auditAt.Sub(seen), 0).Seconds())
 	}
-	return g.decide(ctx, it)
+	return ok
 }
-
-// keyed takes the message's event time and key. A message without them is
-// settled here (moved aside), and keyed returns nil and its outcome; one to
-// work on without dedup comes back with Source SourceNone.
-func (g *Gate) keyed(ctx context.Context, in *pubsub.Message) (*Item, outcome.Outcome) {
-	it := &Item{In: in, EventTime: in.PublishTime}
-	if a := g.cfg.TimestampAttribute; a != "" {
-		t, err := dedup.ParseTimestamp(in.Attributes[a])
-		if err != nil {
-			return nil, g.reject(ctx, in, fmt.Errorf("attribute %q: %w", a, err))
-		}
-		it.EventTime = t
-	}
-	key, src, missing, err := g.cfg.Derive(in.Attributes, in.Data, in.ID)
-	if missing {
-		g.m.Missing(in.Attributes[g.cfg.ProducerAttribute])
-	}
-	if err != nil {
-		return nil, g.reject(ctx, in, err)
-	}
-	if it.Source = src; src == dedup.SourceNone {
-		return it, ""
-	}
-	it.Key = key
-	it.hash = dedup.KeyOf(key)
-	if g.cfg.Audit != nil { // the clock is read per message only for the audit
-		it.auditAt = g.auditTime(it.EventTime)
-	}
-	return it, ""
-}
-
-// decide claims a keyed message's key, maps the verdict to an outcome and,
-// when the key is this message's to write, runs the work.
-func (g *Gate) decide(ctx context.Context, it *Item) outcome.Outcome {
-	in := it.In
-	if err := g.storeHealth.Wait(ctx); err != nil {
-		return outcome.Retried // shutting down during a pause
-	}
-	start := g.now()
-	v, t, err := g.dd.Claim(ctx, it.hash, in.ID, it.EventTime)
-	if errors.Is(err, dedup.ErrTooLate) {
-		return g.tooLate(ctx, it, err)
-	}
-	claimed := g.now()
-	g.m.storeTime.Observe(max(claimed.Sub(start)-v.Waited, 0).Seconds()) // a wait for our own work is not the store's
-	if err != nil {
-		return g.storeFailed(ctx, start, err)
-	}
-	if v.Status != dedup.InFlight { // a local in-flight verdict never reached the store
-		g.storeHealth.OK()
-	}
-	switch v.Status {
-	case dedup.Duplicate:
-		return g.duplicate(ctx, it, v)
-	case dedup.InFlight:
-		// It comes back once nacked; a pause keeps that from turning into
-		// a hot loop while the first copy is worked on.
-		pause(ctx)
-		return outcome.InFlightConflict
-	case dedup.Proceed:
-		it.LateDuplicate = g.suspect(it)
-		return g.work(ctx, it, &t, true, claimed)
-	}
-	return g.unknown(v.Status, in.ID)
-}
-
-// duplicate counts a caught copy (in shadow mode, works on it all the same).
-func (g *Gate) duplicate(ctx context.Context, it *Item, v dedup.Verdict) outcome.Outcome {
-	o, delay := outcome.DuplicateRepublish, g.m.republishDelay
-	if v.Kind == dedup.Redelivery {
-		o, delay = outcome.DuplicateRedelivery, g.m.redeliveryDelay
-	}
-	if !v.Expires.IsZero() {
-		delay.Observe(v.Age.Seconds())
-	}
-	if g.cfg.OnDuplicate != nil {
-		g.cfg.OnDuplicate(ctx, it.In, v.Kind)
-	}
-	if g.cfg.Shadow {
-		if r := g.work(ctx, it, nil, false, time.Time{}); r != outcome.Emitted {
-			return r
-		}
-	}
-	return o
-}
-
-func (g *Gate) unknown(s dedup.Status, msgID string) outcome.Outcome {
-	g.log.Error("dedup store answered an unknown status; message nacked", "status", s, "message_id", msgID)
-	return outcome.Retried
-}
-
-// storeFailed handles a claim made at start that failed.
-func (g *Gate) storeFailed(ctx context.Context, start time.Time, err error) outcome.Outcome {
-	switch {
-	case ctx.Err() != nil: // a shutdown is not an outage
-	case errors.Is(err, dedup.ErrFatal):
-		g.stop(err)
-	default:
-		g.storeHealth.Fail(start, err)
-		// Hold the message through the pause instead of nacking it at
-		// once: it would come straight back and find the store still down.
-		_ = g.storeHealth.Wait(ctx)
-	}
-	return outcome.Retried
-}
-
-// tooLate applies the late policy to a message the horizon cannot judge.
-// Passed on, it is still checked against the audit, which remembers far
-// longer than the horizon.
-func (g *Gate) tooLate(ctx context.Context, it *Item, reason error) outcome.Outcome {
-	var o outcome.Outcome
-	if g.cfg.Late == dedup.LateDeadLetter {
-		o = g.reject(ctx, it.In, reason)
-	} else {
-		it.LateDuplicate = g.suspect(it)
-		o = g.work(ctx, it, nil, true, time.Time{})
-	}
-	if o == outcome.Emitted || o == outcome.DeadLettered {
-		g.m.TooLate()
-	}
-	return o
-}
-
-// maxRejectHold caps the pause of an unusable message without Reject,
-// which grows at each of its deliveries: the cap bounds how long it takes
-// a slot of the subscriber's flow control.
-const maxRejectHold = 5 * time.Second
-
-// reject moves an unusable message aside, or holds and nacks it.
-func (g *Gate) reject(ctx context.Context, in *pubsub.Message, reason error) outcome.Outcome {
-	if g.cfg.Reject == nil {
-		g.holdBack(ctx, in, reason, "unusable message nacked; it comes back until it is removed: "+g.cfg.Hint)
-		return outcome.Retried
-	}
-	if err := g.rejectHealth.Wait(ctx); err != nil {
-		return outcome.Retried
-	}
-	if err := g.cfg.Reject(g.workContext(ctx), in, reason); err != nil {
-		switch {
-		case errors.Is(err, dedup.ErrFatal):
-			g.stop(err)
-		case errors.Is(err, dedup.ErrPermanent):
-			// The message's own fault, not the dead-letter topic's: the
-			// topic stays healthy for the others.
-			g.holdBack(ctx, in, fmt.Errorf("%w; moving it aside failed too: %w", reason, err),
-				"unusable message nacked: the dead-letter topic refuses it too; it comes back until it is removed")
-			return outcome.Retried
-		case ctx.Err() == nil:
-			g.rejectHealth.Fail(time.Time{}, err)
-		}
-		g.log.Warn("moving an unusable message aside failed; message nacked", "message_id", in.ID, "reason", reason, "err", err)
-		return outcome.Retried
-	}
-	g.rejectHealth.OK()
-	g.log.Info("message dead-lettered", "message_id", in.ID, "reason", reason)
-	return outcome.DeadLettered
-}
-
-// holdBack holds an unusable message that cannot be moved aside before its
-// nack, longer at each delivery, and logs it at the 1st, 10th, 100th...:
-// else a handful of them floods the log and spins the receiver.
-func (g *Gate) holdBack(ctx context.Context, in *pubsub.Message, reason error, msg string) {
-	g.m.held.Inc()
-	g.hold.Wait(ctx, in.ID, 100*time.Millisecond, maxRejectHold, func(n int) {
-		g.log.Error(msg, "message_id", in.ID, "deliveries", n, "reason", reason)
-	})
-}
-
-// pause waits a moment before a nack, jittered so replicas do not retry
-// in step.
-func pause(ctx context.Context) {
-	_ = backoff.Sleep(ctx, pauseDelay())
-}
-
-func pauseDelay() time.Duration { return backoff.Delay(1, 100*time.Millisecond, time.Second) }

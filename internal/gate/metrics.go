@@ -15,7 +15,9 @@ import (
 type metrics struct {
 	counter
 
-	latency   prometheus.Histogram // publish → work done
+	latency prometheus.Histogram // publish → work done, per message
+	// One observation per call, whatever the batch's size: a per-message
+	// figure would weigh a batch's latency by its size.
 	storeTime prometheus.Histogram
 	workTime  prometheus.Histogram
 	// Delays of caught copies since their key's first sight, and of the
@@ -61,9 +63,11 @@ func newMetrics(work string, horizon, auditHorizon time.Duration) *metrics {
 			Name: "dedupflow_end_to_end_latency_seconds", Help: "Time from publish to the message's " + work + " succeeding.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18)}),
 		storeTime: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "dedupflow_store_seconds", Help: "Latency of dedup store claims.", Buckets: buckets}),
+			Name: "dedupflow_store_batch_seconds", Buckets: buckets,
+			Help: "Latency of one dedup store claim call, which claims a batch of messages' keys (one key where messages are received one at a time)."}),
 		workTime: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "dedupflow_" + work + "_seconds", Help: "Duration of " + work + " calls.", Buckets: buckets}),
+			Name: "dedupflow_" + work + "_batch_seconds", Buckets: buckets,
+			Help: "Duration of one " + work + " call, which takes a batch of messages (one where messages are received one at a time)."}),
 		held: prometheus.NewCounter(prometheus.CounterOpts{Name: "dedupflow_held_deliveries_total",
 			Help: "Deliveries of unusable messages that could not be dead-lettered (no dead-letter topic, or it refused them): nacked and held back, they come back until removed."}),
 	}

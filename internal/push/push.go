@@ -33,8 +33,9 @@ const maxBody = limits.MessageBytes*4/3 + 1<<20
 
 // Server is the endpoint.
 type Server struct {
-	// Pass runs one message; its outcome becomes the answer.
-	Pass func(ctx context.Context, m *pubsub.Message) outcome.Outcome
+	// Pass runs one message; its outcome becomes the answer, given after
+	// its nack delay for a nack: Pub/Sub's push backoff starts after it.
+	Pass func(ctx context.Context, m *pubsub.Message) outcome.Result
 	// Stopped is the error that stopped the front end for good, or nil.
 	Stopped func() error
 	// Verify, if set, checks the request's bearer token; an error answers
@@ -109,7 +110,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ex := &exchange{r: r}
-	o := s.Pass(context.WithValue(r.Context(), exchangeCtx{}, ex), m)
+	res := s.Pass(context.WithValue(r.Context(), exchangeCtx{}, ex), m)
+	o := res.Outcome
+	if !o.Acked() {
+		res.Settle(r.Context(), noDelivery{}) // holds the answer for the nack delay
+	}
 	switch {
 	case ex.rec != nil && (o == outcome.Emitted || o == outcome.Retried):
 		ex.rec.replay(w) // the work's own answer, 2xx or not
@@ -121,6 +126,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not handled now; retry later", http.StatusServiceUnavailable)
 	}
 }
+
+// noDelivery is the pushed message as Settle sees it: the answer, not an
+// ack or a nack call, settles a push.
+type noDelivery struct{}
+
+func (noDelivery) Ack()  {}
+func (noDelivery) Nack() {}
 
 type msgCtx struct{}
 
