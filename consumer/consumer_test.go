@@ -238,8 +238,8 @@ func TestMetrics(t *testing.T) {
 		"dedupflow_messages_total{outcome=retried}":              0,
 		"dedupflow_messages_total{outcome=in_flight_conflict}":   0,
 		"dedupflow_messages_total{outcome=dead_lettered}":        0,
-		"dedupflow_handler_batch_seconds":                              1,
-		"dedupflow_store_batch_seconds":                                2,
+		"dedupflow_handler_batch_seconds":                        1,
+		"dedupflow_store_batch_seconds":                          2,
 		"dedupflow_end_to_end_latency_seconds":                   1,
 	}
 	for k, v := range want {
