@@ -221,21 +221,21 @@ type claimant struct {
 // (or until ctx ends) while another message of this process holds it. It
 // reports how long it waited, on the Deduper's clock.
 func (d *Deduper) enter(ctx context.Context, k Key, msgID string) (entered bool, waited time.Duration) {
-	return d.await(ctx, k, msgID, true)
+	return d.await(ctx, k, msgID, true, d.opt.LocalWait)
 }
 
-// Await waits up to LocalWait (or until ctx ends) while another message of
+// Await waits up to within (or until ctx ends) while another message of
 // this process holds k (ClaimBatch's Here), and reports whether k is free
 // now: a claim then finds that write's verdict, a Duplicate once it
 // committed, instead of a nack and a redelivery.
-func (d *Deduper) Await(ctx context.Context, k Key) bool {
-	free, _ := d.await(ctx, k, "", false)
+func (d *Deduper) Await(ctx context.Context, k Key, within time.Duration) bool {
+	free, _ := d.await(ctx, k, "", false, within)
 	return free
 }
 
-// await waits while another message of this process holds k; with take,
-// msgID then holds it.
-func (d *Deduper) await(ctx context.Context, k Key, msgID string, take bool) (free bool, waited time.Duration) {
+// await waits up to within while another message of this process holds k;
+// with take, msgID then holds it.
+func (d *Deduper) await(ctx context.Context, k Key, msgID string, take bool, within time.Duration) (free bool, waited time.Duration) {
 	var timeout <-chan time.Time
 	var start time.Time
 	for {
@@ -248,7 +248,7 @@ func (d *Deduper) await(ctx context.Context, k Key, msgID string, take bool) (fr
 			d.mu.Unlock()
 			return true, d.since(start)
 		}
-		if d.opt.LocalWait <= 0 {
+		if within <= 0 {
 			d.mu.Unlock()
 			return false, 0
 		}
@@ -259,7 +259,7 @@ func (d *Deduper) await(ctx context.Context, k Key, msgID string, take bool) (fr
 		d.mu.Unlock()
 		if timeout == nil {
 			start = d.opt.Now()
-			t := time.NewTimer(d.opt.LocalWait)
+			t := time.NewTimer(within)
 			defer t.Stop()
 			timeout = t.C
 		}

@@ -15,7 +15,7 @@ func TestJudge(t *testing.T) {
 	}{
 		{"absent", dedup.Record{}, dedup.Verdict{Status: dedup.Proceed}},
 		{"expired commit", dedup.Record{Until: now, Tag: tag}, dedup.Verdict{Status: dedup.Proceed}},
-		{"lapsed claim", dedup.Record{Until: now, Pending: true, Tag: 8}, dedup.Verdict{Status: dedup.Proceed}},
+		{"lapsed claim, taken over", dedup.Record{Until: now, Pending: true, Tag: 8}, dedup.Verdict{Status: dedup.Proceed, Retaken: true}},
 		{"live claim of another", dedup.Record{Until: now + 1, Pending: true, Tag: 8}, dedup.Verdict{Status: dedup.InFlight}},
 		{"live claim of the same message", dedup.Record{Until: now + 1, Pending: true, Tag: tag}, dedup.Verdict{Status: dedup.InFlight}},
 		{"redelivery", dedup.Record{Until: now + 1, Tag: tag}, dedup.Verdict{Status: dedup.Duplicate, Kind: dedup.Redelivery}},

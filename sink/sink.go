@@ -22,11 +22,14 @@ type Message struct {
 	EventTime   time.Time // from the timestamp attribute, else the publish time
 	// Key is the dedup key; empty for messages passed without dedup.
 	Key string
-	// Retaken: the key was claimed before by a write that never committed
-	// (its process died, or its lease ran out), so that write may have
-	// landed. A sink that upserts can ignore it; one that appends can look
-	// the key up before writing it again. Stores tell it where they still
-	// hold the abandoned claim; a false is not a promise.
+	// Retaken: a process may have written this message before and died
+	// (or ran out its lease) before it committed the key, so that write
+	// may have landed. It is set when the store still held the abandoned
+	// claim, and for a message published before the pipeline started that
+	// comes within Pub/Sub's longest ack deadline of the start (a stopped
+	// process's messages come back by then). A sink that upserts can
+	// ignore it; one that appends can look the key up before writing it
+	// again. A false is not a promise.
 	Retaken bool
 }
 

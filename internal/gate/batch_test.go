@@ -393,3 +393,165 @@ func TestCommitFailureNotReady(t *testing.T) {
 		})
 	}
 }
+
+// TestPassBatchUnusableDoNotHoldTheOthers: with no Reject, unusable
+// messages (a malformed timestamp) are nacked with a nack delay that grows
+// at each delivery, and the good messages of their batch are written in
+// the same call: the path holds nothing back by waiting.
+func TestPassBatchUnusableDoNotHoldTheOthers(t *testing.T) {
+	var written int
+	g, err := New(Config{
+		Policy: dedup.Policy{IDAttribute: "key", TimestampAttribute: "ts"},
+		Store:  mem.New(),
+		Work: Work{Name: "sink", Do: func(_ context.Context, its []*Item, _ []error) {
+			written += len(its)
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := unusableBatch(1000, 25)
+	rs := make([]outcome.Result, len(ms))
+	g.PassBatch(context.Background(), ms, rs)
+	if written != 960 {
+		t.Fatalf("%d written in the batch's call, want the 960 good messages", written)
+	}
+	var first []time.Duration
+	for i, r := range rs {
+		bad := i%25 == 0
+		switch {
+		case bad && (r.Outcome != outcome.Retried || r.NackAfter <= 0):
+			t.Fatalf("unusable message %d: %+v, want nacked after a hold", i, r)
+		case bad:
+			first = append(first, r.NackAfter)
+		case r.Outcome != outcome.Emitted || r.NackAfter != 0:
+			t.Fatalf("good message %d: %+v, want emitted", i, r)
+		}
+	}
+	// They come back: held longer at each delivery, up to maxRejectHold.
+	for range 6 {
+		g.PassBatch(context.Background(), ms[:1], rs[:1])
+	}
+	if rs[0].Outcome != outcome.Retried || rs[0].NackAfter <= first[0] || rs[0].NackAfter > maxRejectHold {
+		t.Fatalf("7th delivery of an unusable message: %+v, want a longer hold than the first's %v, at most %v", rs[0], first[0], maxRejectHold)
+	}
+}
+
+// unusableBatch is n messages with distinct keys of which every every-th
+// (from the first) carries a malformed timestamp.
+func unusableBatch(n, every int) []*pubsub.Message {
+	ms := make([]*pubsub.Message, n)
+	now := time.Now()
+	for i := range ms {
+		ts := fmt.Sprint(now.UnixMilli())
+		if every > 0 && i%every == 0 {
+			ts = "yesterday"
+		}
+		ms[i] = &pubsub.Message{ID: fmt.Sprint(i), Data: []byte("x"), PublishTime: now,
+			Attributes: map[string]string{"key": fmt.Sprint("k", i), "ts": ts}}
+	}
+	return ms
+}
+
+// TestPassBatchAsideInOrder: the unusable messages of a batch and those its
+// work refused go aside in one Reject call, in batch order, and messages
+// too late to judge join the batch's one write in batch order too.
+func TestPassBatchAsideInOrder(t *testing.T) {
+	var rejects, writes [][]string
+	ids := func(ins []*pubsub.Message) []string {
+		var s []string
+		for _, in := range ins {
+			s = append(s, in.ID)
+		}
+		return s
+	}
+	clock := time.Now()
+	g, err := New(Config{
+		Policy: dedup.Policy{IDAttribute: "key", TimestampAttribute: "ts", TimeDomain: dedup.EventTime, Late: dedup.LatePass},
+		Store:  mem.New(),
+		Now:    func() time.Time { return clock },
+		Work: Work{Name: "sink", Do: func(_ context.Context, its []*Item, errs []error) {
+			var w []string
+			for i, it := range its {
+				w = append(w, it.In.ID)
+				if string(it.In.Data) == "bad" {
+					errs[i] = fmt.Errorf("%w: too large", dedup.ErrPermanent)
+				}
+			}
+			writes = append(writes, w)
+		}},
+		Reject: func(_ context.Context, ins []*pubsub.Message, _, _ []error) {
+			rejects = append(rejects, ids(ins))
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(id, key, data string, ts time.Time) *pubsub.Message {
+		return &pubsub.Message{ID: id, Data: []byte(data), PublishTime: clock,
+			Attributes: map[string]string{"key": key, "ts": fmt.Sprint(ts.UnixMilli())}}
+	}
+	ancient := clock.Add(-24 * time.Hour)
+	ms := []*pubsub.Message{
+		at("1", "a", "x", clock), at("2", "b", "bad", clock),
+		{ID: "3", Data: []byte("x"), PublishTime: clock, Attributes: map[string]string{"key": "c", "ts": "soon"}},
+		at("4", "d", "x", ancient), at("5", "e", "x", clock),
+	}
+	rs := make([]outcome.Result, len(ms))
+	g.PassBatch(context.Background(), ms, rs)
+	if fmt.Sprint(writes) != "[[1 2 4 5]]" {
+		t.Errorf("writes %v, want one call with 1, 2, 4 (too late, passed) and 5 in order", writes)
+	}
+	if fmt.Sprint(rejects) != "[[2 3]]" {
+		t.Errorf("rejects %v, want one call with 2 (refused) and 3 (unusable) in order", rejects)
+	}
+	if c := g.Counts(); c.TooLate != 1 || c.DeadLettered != 2 || c.Emitted != 3 {
+		t.Errorf("counts %+v, want 1 too late, 2 dead-lettered, 3 emitted", c)
+	}
+}
+
+// TestRetaken: the work is told which messages a stopped process may have
+// written already: a key taken over from a claim whose lease ran out, and
+// a message published before the gate started; not a fresh one.
+func TestRetaken(t *testing.T) {
+	s := mem.New()
+	clock := time.Now()
+	var retaken []string
+	g, err := New(Config{
+		Policy: dedup.Policy{IDAttribute: "key", Lease: time.Second},
+		Store:  s, Now: func() time.Time { return clock },
+		Work: Work{Name: "sink", Do: func(_ context.Context, its []*Item, _ []error) {
+			for _, it := range its {
+				if it.Retaken {
+					retaken = append(retaken, it.In.ID)
+				}
+			}
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A process that died holding "abandoned", a second ago.
+	if _, err := s.Claim(context.Background(), dedup.Claim{Key: dedup.KeyOf("abandoned"), MsgID: "0",
+		Now: clock.Add(-2 * time.Second), LeaseUntil: clock.Add(-time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	m := func(id, key string, published time.Time) *pubsub.Message {
+		return &pubsub.Message{ID: id, Data: []byte("x"), PublishTime: published, Attributes: map[string]string{"key": key}}
+	}
+	clock = clock.Add(time.Millisecond)
+	ms := []*pubsub.Message{
+		m("1", "abandoned", clock), m("2", "old", clock.Add(-time.Hour)), m("3", "fresh", clock),
+	}
+	g.PassBatch(context.Background(), ms, make([]outcome.Result, len(ms)))
+	if fmt.Sprint(retaken) != "[1 2]" {
+		t.Fatalf("retaken %v, want [1 2]: the taken-over key and the message published before the start", retaken)
+	}
+	// Once a redelivery has had time to come, old messages are new ones.
+	clock = clock.Add(recovery)
+	retaken = nil
+	g.PassBatch(context.Background(), []*pubsub.Message{m("4", "older", clock.Add(-2*recovery))}, make([]outcome.Result, 1))
+	if len(retaken) != 0 {
+		t.Fatalf("retaken %v after the recovery window, want none", retaken)
+	}
+}

@@ -118,3 +118,38 @@ func BenchmarkPassBatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPassBatchUnusable is a batch of 1,000 with distinct keys, clean
+// and with 40 unusable messages (a malformed timestamp) and no Reject, in
+// the same run: the unusable ones are nacked with a hold the receiver
+// applies, so the batch costs what a clean one does.
+//
+//	go test -run '^$' -bench PassBatchUnusable ./internal/gate
+func BenchmarkPassBatchUnusable(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		every int
+	}{{"clean", 0}, {"40-unusable", 25}} {
+		b.Run(c.name, func(b *testing.B) {
+			g, err := New(Config{Policy: dedup.Policy{IDAttribute: "key", TimestampAttribute: "ts"}, Store: mem.New(),
+				Work: Work{Name: "sink", Do: func(context.Context, []*Item, []error) {}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ms := unusableBatch(1000, c.every)
+			rs := make([]outcome.Result, len(ms))
+			n := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, m := range ms { // new keys each time: every good message is written
+					m.Attributes["key"] = strconv.Itoa(n)
+					n++
+				}
+				g.PassBatch(b.Context(), ms, rs)
+			}
+			if c := g.Counts(); c.Emitted == 0 {
+				b.Fatalf("nothing emitted: %+v", c)
+			}
+		})
+	}
+}

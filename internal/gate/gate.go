@@ -138,23 +138,19 @@ func New(cfg Config) (*Gate, error) {
 	if cfg.Store == nil || cfg.Work.Do == nil || cfg.Work.Name == "" {
 		return nil, errors.New("gate needs a store and named work")
 	}
-	if err := cfg.Policy.Validate(); err != nil {
-		return nil, err
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.SettleTimeout <= 0 {
-		cfg.SettleTimeout = cfg.Lease / 2
-	}
-	// A copy of a key this process is writing waits for that write (it
-	// ends within a lease) rather than being nacked and redelivered.
-	dd, err := dedup.New(cfg.Store, dedup.Options{Policy: cfg.Policy, Now: cfg.Now, LocalWait: cfg.Lease})
+	// The Deduper validates the policy, once, and fills its defaults.
+	dd, err := dedup.New(cfg.Store, dedup.Options{Policy: cfg.Policy, Now: cfg.Now})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.SettleTimeout <= 0 {
+		cfg.SettleTimeout = dd.Lease() / 2
 	}
 	if cfg.RejectName == "" {
 		cfg.RejectName = "dead-letter destination"

@@ -268,11 +268,11 @@ func (r *run) tooLate(i int, it *Item, reason error) {
 
 // await handles a round in which every key left is being written by
 // another call of this process. Alone in its batch, a message waits for
-// that write (up to the lease), as nothing else waits on it, and is then
-// claimed again: a duplicate, where a nack would cost a redelivery. In a
-// batch it would hold up the others, so it is nacked after a pause.
+// that write (it ends within a lease), as nothing else waits on it, and is
+// then claimed again: a duplicate, where a nack would cost a redelivery.
+// In a batch it would hold up the others, so it is nacked after a pause.
 func (r *run) await(deferred []int) (again bool) {
-	if len(r.ins) == 1 && r.g.dd.Await(r.ctx, r.items[deferred[0]].hash) {
+	if len(r.ins) == 1 && r.g.dd.Await(r.ctx, r.items[deferred[0]].hash, r.g.dd.Lease()) {
 		return true
 	}
 	for _, i := range deferred {

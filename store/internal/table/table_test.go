@@ -55,6 +55,12 @@ func TestTableMatchesModel(t *testing.T) {
 			w, ok := ref[k]
 			lease := now + r.Int64N(200)*10*ms
 			got := tab.Claim(k, tag, now, lease, 0)
+			// Retaken tells of a lapsed claim the table still holds, which
+			// the model may have swept already; never of a commit.
+			if got.Retaken && ok && !w.pending {
+				t.Fatalf("op %d: claim = %+v over a lapsed commit, want it not retaken", i, got)
+			}
+			got.Retaken = false
 			if exp := verdict(w, ok, now, tag); got != exp {
 				t.Fatalf("op %d: claim = %+v, want %+v (held %+v, %v)", i, got, exp, w, ok)
 			}
