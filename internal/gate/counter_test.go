@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/dedupflow/dedupflow/outcome"
 )
@@ -32,14 +33,7 @@ func TestCounter(t *testing.T) {
 		t.Errorf("Snapshot() = %+v, want %+v", got, want)
 	}
 
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(&c); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mfs := gather(t, &c)
 	type sample struct {
 		name, label string
 		value       float64
@@ -134,14 +128,7 @@ func TestCountFrom(t *testing.T) {
 	if got, want := c.Snapshot(), (outcome.Counts{Emitted: 2, DuplicateRepublish: 2, MissingID: 2}); got != want {
 		t.Errorf("Snapshot() = %+v, want %+v", got, want)
 	}
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(&c); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	mfs := gather(t, &c)
 	got := map[string]float64{}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
@@ -178,4 +165,18 @@ func TestCountFrom(t *testing.T) {
 	if n != 2*6+2 { // billing and "" × 6 outcomes; 2 missing
 		t.Errorf("%d producer series, want 14: %v", n, got)
 	}
+}
+
+// gather is what a pedantic registry collects from c.
+func gather(t *testing.T, c *counter) []*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs
 }

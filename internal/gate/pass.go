@@ -356,8 +356,12 @@ func Each(do func(ctx context.Context, it *Item) error) func(ctx context.Context
 	}
 }
 
-// sortByIndex puts a round's messages back in batch order: outputs and
-// dead letters go out in the order the messages came.
-func sortByIndex[T any](s []T, at func(T) int) {
+// take empties a round's list of messages and returns them in batch
+// order, by at: outputs and dead letters go out in the order the messages
+// came.
+func take[T any](list *[]T, at func(T) int) []T {
+	s := *list
+	*list = nil
 	slices.SortFunc(s, func(a, b T) int { return at(a) - at(b) })
+	return s
 }

@@ -18,12 +18,10 @@ import (
 // those of the messages that failed released (in one), and the ones the
 // work refused for good set aside.
 func (r *run) work() {
-	jobs := r.jobs
-	r.jobs = nil
+	jobs := take(&r.jobs, func(j job) int { return j.at })
 	if len(jobs) == 0 {
 		return
 	}
-	sortByIndex(jobs, func(j job) int { return j.at })
 	g := r.g
 	returned := false
 	defer func() {
@@ -175,12 +173,10 @@ func (g *Gate) release(jobs []job, errs []error) {
 // moveAside moves the round's unusable messages aside in one Reject call,
 // in batch order, or, without Reject, holds each back before its nack.
 func (r *run) moveAside() {
-	as := r.aside
-	r.aside = nil
+	as := take(&r.aside, func(a aside) int { return a.at })
 	if len(as) == 0 {
 		return
 	}
-	sortByIndex(as, func(a aside) int { return a.at })
 	g := r.g
 	if g.cfg.Reject == nil {
 		for _, a := range as {
