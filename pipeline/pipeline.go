@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -36,16 +35,13 @@ import (
 	"github.com/dedupflow/dedupflow/sink"
 )
 
-// Attributes the pipeline sets on dead-lettered messages.
 const (
-	AttrError           = "dedupflow_error"
-	AttrSourceMessageID = "dedupflow_source_message_id"
-	DefaultIDAttribute  = "dedupflow_id"
+	DefaultIDAttribute = "dedupflow_id"
 	// AttrLateDuplicate marks an output whose key the audit filter saw
 	// beyond the exact horizon; its value is LateDuplicateProbable (the
 	// filter is approximate, so never "certain").
-	AttrLateDuplicate     = "dedupflow_late_duplicate"
-	LateDuplicateProbable = "probable"
+	AttrLateDuplicate     = gate.AttrLateDuplicate
+	LateDuplicateProbable = gate.LateDuplicateProbable
 	// DefaultAuditSaveEvery is how often the audit filter is saved.
 	DefaultAuditSaveEvery = time.Minute
 )
@@ -123,8 +119,6 @@ type Deps struct {
 type Pipeline struct {
 	cfg  Config
 	gate *gate.Gate
-	sink sink.Sink
-	dl   sink.Sink
 	log  *slog.Logger
 
 	audit       *audit.Filter // nil: no audit horizon
@@ -145,7 +139,7 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Pipeline{cfg: cfg, sink: d.Sink, dl: d.DeadLetter, log: d.Logger, reg: d.Registerer}
+	p := &Pipeline{cfg: cfg, log: d.Logger, reg: d.Registerer}
 	if cfg.Audit.Horizon > 0 {
 		if err := p.openAudit(d); err != nil {
 			return nil, err
@@ -155,14 +149,14 @@ func New(cfg Config, d Deps) (*Pipeline, error) {
 		Policy: cfg.Policy, Store: d.Store, Shadow: cfg.Shadow, Audit: p.audit,
 		// The write outlives a shutdown signal: finishing it (and acking)
 		// is better than leaving a key pending until its lease runs out.
-		Work:          gate.Work{Name: "sink", Do: p.write, Dependency: true, Outlive: true},
+		Work:          gate.Work{Name: "sink", Do: gate.WriteTo(d.Sink, cfg.OutputIDAttribute), Dependency: true, Outlive: true},
 		RejectName:    "dead-letter topic",
 		Hint:          "set --dead-letter-topic to move such messages aside",
 		SettleTimeout: cfg.WriteTimeout, HorizonKeys: d.HorizonKeys,
 		Logger: d.Logger, Now: d.Now,
 	}
-	if p.dl != nil {
-		gc.Reject = p.deadLetters
+	if d.DeadLetter != nil {
+		gc.Reject = gate.DeadLetterTo(d.DeadLetter)
 	}
 	g, err := gate.New(gc)
 	if err != nil {
@@ -324,39 +318,4 @@ func keptIn(t audit.Target) string {
 		return "memory only"
 	}
 	return t.String()
-}
-
-// write is the pipeline's work: the inputs, each with its key in the
-// output id attribute, to the sink in one call. A message deduped on its
-// message ID carries dedup.MessageIDKey(ID), a namespace no publisher's
-// key may use, so a downstream reader of the attribute never takes it for
-// an event's key.
-func (p *Pipeline) write(ctx context.Context, its []*gate.Item, errs []error) {
-	ms := make([]*sink.Message, len(its))
-	for i, it := range its {
-		ms[i] = p.output(it)
-	}
-	sink.WriteBatch(ctx, p.sink, ms, errs)
-}
-
-func (p *Pipeline) output(it *gate.Item) *sink.Message {
-	in := it.In
-	m := &sink.Message{ID: in.ID, Data: in.Data, Attributes: in.Attributes, PublishTime: in.PublishTime,
-		EventTime: it.EventTime, Key: it.Key, Retaken: it.Retaken}
-	if it.Key == "" {
-		return m
-	}
-	// A copy: the input's map stays as it came, for a dead letter after
-	// a permanent write error. maps.Clone copies a small map's table in
-	// one go, cheaper than inserting each attribute.
-	attrs := maps.Clone(in.Attributes)
-	if attrs == nil {
-		attrs = make(map[string]string, 2)
-	}
-	attrs[p.cfg.OutputIDAttribute] = it.Key
-	if it.LateDuplicate {
-		attrs[AttrLateDuplicate] = LateDuplicateProbable
-	}
-	m.Attributes = attrs
-	return m
 }

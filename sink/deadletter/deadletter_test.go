@@ -1,4 +1,4 @@
-package pipeline
+package deadletter
 
 import (
 	"errors"
@@ -27,7 +27,7 @@ func TestDeadLetterFitsTheLimit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &sink.Message{ID: "12345", Data: make([]byte, tc.data), Attributes: map[string]string{"key": "k1"}}
-			dl := deadLetterOf(m, reason)
+			dl := Of(m, reason)
 			n, err := limits.Message(dl.Data, dl.Attributes, "")
 			if err != nil {
 				t.Fatalf("dead letter of %d bytes: %v", tc.data, err)
