@@ -29,6 +29,7 @@ const requestSlack = 64 << 10
 
 // Writer appends rows to a table's _default stream.
 type Writer struct {
+	mw    *managedwriter.Client
 	ms    *managedwriter.ManagedStream
 	table *Table
 	max   atomic.Int64 // bytes of rows per request
@@ -39,6 +40,12 @@ type Writer struct {
 // (MaxRequestBytes when zero). Write retries are off: a row the client
 // sent again after a lost answer could land twice, so a failed append is
 // reported and the caller decides.
+//
+// Each Writer has a connection of its own, which names its stream in
+// every request (managedwriter's multiplexing mode). The service needs
+// neither, but goccy/bigquery-emulator does: it reads a connection's
+// schema from its first request only, and sends a request that names no
+// stream to whichever stream it finds first, another table's included.
 func (c *Client) NewWriter(ctx context.Context, t *Table, maxRequest int, log *slog.Logger) (*Writer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -46,21 +53,26 @@ func (c *Client) NewWriter(ctx context.Context, t *Table, maxRequest int, log *s
 	if maxRequest <= 0 {
 		maxRequest = MaxRequestBytes
 	}
-	ms, err := c.mw.NewManagedStream(ctx,
+	mw, err := managedwriter.NewClient(ctx, c.Project, append(c.grpc, managedwriter.WithMultiplexing())...)
+	if err != nil {
+		return nil, fmt.Errorf("credentials: %w", err)
+	}
+	ms, err := mw.NewManagedStream(ctx,
 		managedwriter.WithDestinationTable(managedwriter.TableParentFromParts(t.Project, t.Ref.Dataset, t.Ref.Table)),
 		managedwriter.WithType(managedwriter.DefaultStream),
 		managedwriter.WithSchemaDescriptor(t.desc),
 		managedwriter.EnableWriteRetries(false))
 	if err != nil {
+		mw.Close()
 		return nil, fmt.Errorf("table %s: opening its _default stream: %w", t, err)
 	}
-	w := &Writer{ms: ms, table: t, log: log}
+	w := &Writer{mw: mw, ms: ms, table: t, log: log}
 	w.max.Store(int64(maxRequest))
 	return w, nil
 }
 
-// Close closes the stream.
-func (w *Writer) Close() error { return w.ms.Close() }
+// Close closes the stream and its connection.
+func (w *Writer) Close() error { return errors.Join(w.ms.Close(), w.mw.Close()) }
 
 // MaxRequest is the request size the writer fills to now: its start, or
 // what it learned from the server.

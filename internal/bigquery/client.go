@@ -21,7 +21,6 @@ import (
 	"os"
 
 	"cloud.google.com/go/bigquery"
-	"cloud.google.com/go/bigquery/storage/managedwriter"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
@@ -70,7 +69,7 @@ type Client struct {
 	Project   string
 	endpoints Endpoints
 	bq        *bigquery.Client
-	mw        *managedwriter.Client
+	grpc      []option.ClientOption // for each Writer's own connection
 }
 
 // Open connects to BigQuery in project. It checks no credential (Check
@@ -94,16 +93,11 @@ func Open(ctx context.Context, project string, e Endpoints) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credentials: %w", err)
 	}
-	mw, err := managedwriter.NewClient(ctx, project, grpcOpts...)
-	if err != nil {
-		bq.Close()
-		return nil, fmt.Errorf("credentials: %w", err)
-	}
-	return &Client{Project: project, endpoints: e, bq: bq, mw: mw}, nil
+	return &Client{Project: project, endpoints: e, bq: bq, grpc: grpcOpts}, nil
 }
 
-// Close closes both connections.
-func (c *Client) Close() error { return errors.Join(c.mw.Close(), c.bq.Close()) }
+// Close closes the REST connection; each Writer closes its own.
+func (c *Client) Close() error { return c.bq.Close() }
 
 // Emulated reports whether c talks to an emulator.
 func (c *Client) Emulated() bool { return c.endpoints.Emulated() }

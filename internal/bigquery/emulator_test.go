@@ -80,7 +80,7 @@ func TestAppendAndPresent(t *testing.T) {
 	var rows [][]byte
 	for i := range 20 {
 		b, err := tb.Encode(Row{
-			Data: fmt.Appendf(nil, `{"id":"e%d","n":%d,"where":{"city":"Oslo"},"tags":["a"],"doc":{"i":%[2]d}}`, i, i),
+			Data: fmt.Appendf(nil, `{"id":"e%d","n":%d,"place":{"city":"Oslo"},"tags":["a"],"doc":{"i":%[2]d}}`, i, i),
 			Meta: Metadata("projects/p/subscriptions/s", fmt.Sprint("m", i), pt, map[string]string{"i": fmt.Sprint(i)}),
 		}, Options{UseTableSchema: true})
 		if err != nil {
@@ -93,7 +93,7 @@ func TestAppendAndPresent(t *testing.T) {
 			t.Fatalf("row %d: %v", i, err)
 		}
 	}
-	q := fmt.Sprintf("SELECT COUNT(*) FROM `%s` WHERE n = 7 AND where.city = 'Oslo' AND publish_time = TIMESTAMP '2026-03-01 12:00:00 UTC' AND message_id = 'm7'", tb)
+	q := fmt.Sprintf("SELECT COUNT(*) FROM `%s` WHERE n = 7 AND place.city = 'Oslo' AND publish_time = TIMESTAMP '2026-03-01 12:00:00 UTC' AND message_id = 'm7'", tb)
 	if n := count(t, c, q); n != 1 {
 		t.Errorf("%s = %d, want 1: the row's columns did not arrive as written", q, n)
 	}

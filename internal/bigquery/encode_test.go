@@ -25,7 +25,7 @@ var events = bigquery.Schema{
 	{Name: "blob", Type: bigquery.BytesFieldType},
 	{Name: "doc", Type: bigquery.JSONFieldType},
 	{Name: "tags", Type: bigquery.StringFieldType, Repeated: true},
-	{Name: "where", Type: bigquery.RecordFieldType, Schema: bigquery.Schema{
+	{Name: "place", Type: bigquery.RecordFieldType, Schema: bigquery.Schema{
 		{Name: "city", Type: bigquery.StringFieldType, Required: true},
 		{Name: "zip", Type: bigquery.IntegerFieldType},
 	}},
@@ -67,7 +67,7 @@ func TestEncodeTableSchema(t *testing.T) {
 	tb := eventsTable(t)
 	pt := time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
 	data := `{"id":"e1","n":"42","price":9.5,"ok":true,"at":"2026-03-01T12:00:00.5Z","day":"1970-01-11",
-		"blob":"aGk=","doc":{"x":[1,2]},"tags":["a","b"],"where":{"city":"Oslo","zip":150},"extra":1}`
+		"blob":"aGk=","doc":{"x":[1,2]},"tags":["a","b"],"place":{"city":"Oslo","zip":150},"extra":1}`
 	b, err := tb.Encode(Row{Data: []byte(data), Meta: Metadata("projects/p/subscriptions/s", "m1", pt, map[string]string{"k": "v"})},
 		Options{UseTableSchema: true, DropUnknownFields: true})
 	if err != nil {
@@ -77,7 +77,7 @@ func TestEncodeTableSchema(t *testing.T) {
 	want := map[string]any{
 		"id": "e1", "n": "42", "price": 9.5, "ok": true, "at": "1772366400500000", "day": float64(10),
 		"blob": "aGk=", "doc": `{"x":[1,2]}`, "tags": []any{"a", "b"},
-		"where":             map[string]any{"city": "Oslo", "zip": "150"},
+		"place":             map[string]any{"city": "Oslo", "zip": "150"},
 		"subscription_name": "projects/p/subscriptions/s", "message_id": "m1",
 		"publish_time": "1772366400123456", "attributes": `{"k":"v"}`,
 	}
@@ -139,8 +139,8 @@ func TestEncodeUnfit(t *testing.T) {
 		{`{"id":"a","blob":"%%"}`, on, "column blob: BYTES, and the message's string is not base64"},
 		{`{"id":"a","tags":"x"}`, on, "column tags: ARRAY, and the message has a string"},
 		{`{"id":"a","tags":["x",null]}`, on, "column tags[1]: an ARRAY holds no NULL"},
-		{`{"id":"a","where":{"zip":1}}`, on, "column where: its field city is REQUIRED"},
-		{`{"id":"a","where":{"city":"x","street":"y"}}`, on, "column where.street: the table has no such column"},
+		{`{"id":"a","place":{"zip":1}}`, on, "column place: its field city is REQUIRED"},
+		{`{"id":"a","place":{"city":"x","street":"y"}}`, on, "column place.street: the table has no such column"},
 		{`[1]`, on, "the payload is not a JSON object"},
 		{`not json`, on, "the payload is not a JSON object"},
 	} {
