@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,8 +14,10 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 
 	"github.com/dedupflow/dedupflow/internal/redact"
+	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink"
+	"github.com/dedupflow/dedupflow/sink/columns"
 	"github.com/dedupflow/dedupflow/sink/postgres"
 	"github.com/dedupflow/dedupflow/sink/stdout"
 	"github.com/dedupflow/dedupflow/sink/topic"
@@ -25,6 +29,8 @@ type sinkSpec struct {
 	url        string // --sink, for the postgres sink
 	table      string // --table, for the postgres sink
 	onConflict postgres.OnConflict
+	metadata   columns.Metadata // for the table sinks
+	fields     []string         // JSON fields written as columns, for the table sinks
 }
 
 // sinkWiring is what a sink is opened with.
@@ -33,6 +39,7 @@ type sinkWiring struct {
 	topic   pubsubio.Name // --output-topic, for the pubsub sink
 	timeout time.Duration // one write's bound
 	stdout  io.Writer     // for --sink stdout; nil means os.Stdout
+	sub     string        // the input subscription's full name, for the subscription_name column
 	log     *slog.Logger
 }
 
@@ -88,3 +95,39 @@ func openSink(ctx context.Context, s sinkSpec, w sinkWiring) (sink.Sink, func(),
 // sinkLabel is --sink as logs may show it: a database URL without its
 // password.
 func sinkLabel(spec string) string { return redact.URL(spec) }
+
+// tableSink reports whether kind writes rows of columns, and so reads
+// --metadata-columns and --fields.
+func tableSink(kind string) bool { return false }
+
+func (s *sinkFlags) registerColumns(fs *flag.FlagSet) {
+	fs.StringVar(&s.metadata, "metadata-columns", "all", "table sinks: metadata columns written, all, none or a list of key (named as --output-id-attribute), message_id, publish_time, attributes, data, subscription_name; KIND=COLUMN renames one")
+	fs.StringVar(&s.fields, "fields", "", "table sinks: fields of a JSON payload written to columns of the same names, comma-separated (spanner: default the table's other columns)")
+}
+
+// checkColumns checks --metadata-columns and --fields into s.
+func (j *jobFlags) checkColumns(s *sinkSpec) error {
+	if !tableSink(s.kind) {
+		for _, f := range []string{"metadata-columns", "fields"} {
+			if j.given[f] {
+				return fmt.Errorf("--%s applies to table sinks only, not --sink %s", f, sinkLabel(s.url))
+			}
+		}
+		return nil
+	}
+	key := cmp.Or(j.key.outIDAttr, j.key.idAttr, pipeline.DefaultIDAttribute)
+	var err error
+	if s.metadata, err = columns.Parse(j.sink.metadata, key); err != nil {
+		return fmt.Errorf("--metadata-columns: %w", err)
+	}
+	for f := range strings.SplitSeq(j.sink.fields, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if s.metadata.Has(f) {
+			return fmt.Errorf("--fields: %q is also a metadata column (see --metadata-columns)", f)
+		}
+		s.fields = append(s.fields, f)
+	}
+	return nil
+}

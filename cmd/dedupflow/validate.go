@@ -55,6 +55,9 @@ func (j *jobFlags) checkSink() (sinkSpec, error) {
 	case s.kind != sinkPubSub && j.names.outTopic != "":
 		return s, fmt.Errorf("--output-topic applies to --sink pubsub only, not --sink %s", sinkLabel(s.url))
 	}
+	if err := j.checkColumns(&s); err != nil {
+		return s, err
+	}
 	if s.kind != sinkPostgres {
 		for _, f := range []string{"table", "on-conflict"} {
 			if j.given[f] {
