@@ -13,10 +13,12 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	bqenv "github.com/dedupflow/dedupflow/internal/bigquery"
 	"github.com/dedupflow/dedupflow/internal/redact"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink"
+	"github.com/dedupflow/dedupflow/sink/bigquery"
 	"github.com/dedupflow/dedupflow/sink/columns"
 	"github.com/dedupflow/dedupflow/sink/postgres"
 	"github.com/dedupflow/dedupflow/sink/stdout"
@@ -48,6 +50,7 @@ const (
 	sinkPubSub   = "pubsub"
 	sinkStdout   = "stdout"
 	sinkPostgres = "postgres"
+	sinkBigQuery = "bigquery"
 )
 
 // sinkKind tells which sink --sink names.
@@ -59,8 +62,10 @@ func sinkKind(spec string) (string, error) {
 		return sinkStdout, nil
 	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
 		return sinkPostgres, nil
+	case strings.HasPrefix(spec, "bigquery://"):
+		return sinkBigQuery, nil
 	}
-	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout or a postgres:// URL", sinkLabel(spec))
+	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout, a postgres:// URL or bigquery://PROJECT/DATASET", sinkLabel(spec))
 }
 
 // openSink opens the sink named by --sink. The returned func stops it,
@@ -76,6 +81,13 @@ func openSink(ctx context.Context, s sinkSpec, w sinkWiring) (sink.Sink, func(),
 			out = os.Stdout
 		}
 		return stdout.New(out), func() {}, nil
+	case sinkBigQuery:
+		bs, err := bigquery.Open(ctx, s.url, bigquery.Options{Table: s.table, Metadata: s.metadata, Fields: s.fields,
+			Subscription: w.sub, Endpoints: bqenv.EndpointsFromEnv(), Logger: w.log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--sink bigquery: %w", err)
+		}
+		return bs, bs.Close, nil
 	default:
 		o := postgres.Options{Table: s.table, OnConflict: s.onConflict, Logger: w.log}
 		if w.timeout > 0 {
@@ -98,7 +110,7 @@ func sinkLabel(spec string) string { return redact.URL(spec) }
 
 // tableSink reports whether kind writes rows of columns, and so reads
 // --metadata-columns and --fields.
-func tableSink(kind string) bool { return false }
+func tableSink(kind string) bool { return kind == sinkBigQuery }
 
 func (s *sinkFlags) registerColumns(fs *flag.FlagSet) {
 	fs.StringVar(&s.metadata, "metadata-columns", "all", "table sinks: metadata columns written, all, none or a list of key (named as --output-id-attribute), message_id, publish_time, attributes, data, subscription_name; KIND=COLUMN renames one")
