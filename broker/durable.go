@@ -14,8 +14,10 @@ import (
 
 // Durable state is this one table: every record kind of the log, how it is
 // replayed, and how a checkpoint writes the state it carries. Replay and
-// checkpoint both walk it, so a kind cannot be left out of either (see
-// TestRecordKinds and TestCompactionKeepsEveryKind).
+// checkpoint both walk it, so a kind cannot be left out of either. The
+// types, written out because they are on disk, run 1..N without gaps, and
+// every rec constant has its row: TestRecordKinds reads the constants from
+// the source and holds both (TestCompactionKeepsEveryKind then replays each).
 //
 // A record is a type byte followed by fields encoded with uvarints and
 // length-prefixed bytes; configuration travels as the resource's protobuf,
