@@ -6,8 +6,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/dedupflow/dedupflow/broker/internal/wire"
 	"github.com/dedupflow/dedupflow/limits"
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // filter is a parsed subscription filter, in the service's language:
@@ -43,23 +43,23 @@ const (
 )
 
 // match reports whether the message whose encoded data and attributes are
-// body (see encodeBody) passes f. A nil filter passes everything.
+// body (see wire.Body) passes f. A nil filter passes everything.
 func (f *filter) match(body []byte) bool {
 	if f == nil {
 		return true
 	}
 	switch f.op {
 	case opHas:
-		_, ok := lookupAttr(body, f.key)
+		_, ok := wire.Attr(body, f.key)
 		return ok
 	case opEq:
-		v, ok := lookupAttr(body, f.key)
+		v, ok := wire.Attr(body, f.key)
 		return ok && string(v) == f.val
 	case opNe:
-		v, ok := lookupAttr(body, f.key)
+		v, ok := wire.Attr(body, f.key)
 		return !ok || string(v) != f.val
 	case opPrefix:
-		v, ok := lookupAttr(body, f.key)
+		v, ok := wire.Attr(body, f.key)
 		return ok && strings.HasPrefix(string(v), f.val)
 	case opNot:
 		return !f.kids[0].match(body)
@@ -78,29 +78,6 @@ func (f *filter) match(body []byte) bool {
 		}
 	}
 	return false
-}
-
-// lookupAttr finds attribute key in an encoded body. It is written out
-// rather than built on walkBody so that matching needs no closure.
-func lookupAttr(body []byte, key string) ([]byte, bool) {
-	for len(body) > 0 {
-		num, typ, n := protowire.ConsumeTag(body)
-		if n < 0 || typ != protowire.BytesType {
-			return nil, false
-		}
-		body = body[n:]
-		v, n := protowire.ConsumeBytes(body)
-		if n < 0 {
-			return nil, false
-		}
-		body = body[n:]
-		if num == fMessageAttrs {
-			if k, val := mapEntry(v); string(k) == key {
-				return val, true
-			}
-		}
-	}
-	return nil, false
 }
 
 // parseFilter parses src; an empty src is no filter (nil). Errors name

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	"github.com/dedupflow/dedupflow/broker/internal/wire"
 )
 
 // filterMessages are the attribute sets the filter tests publish; a case
@@ -73,7 +75,7 @@ func TestFilterTable(t *testing.T) {
 		}
 		var got []int
 		for i, attrs := range filterMessages {
-			if f.match(encodeBody([]byte("d"), attrs)) {
+			if f.match(wire.Body([]byte("d"), attrs)) {
 				got = append(got, i)
 			}
 		}
@@ -123,7 +125,7 @@ func TestFilterMatchAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := encodeBody([]byte("data"), filterMessages[0])
+	body := wire.Body([]byte("data"), filterMessages[0])
 	if n := testing.AllocsPerRun(1000, func() { f.match(body) }); n != 0 {
 		t.Errorf("match allocates %v times per message, want 0", n)
 	}
@@ -136,7 +138,7 @@ func BenchmarkFilterMatch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	body := encodeBody([]byte("data"), map[string]string{"lang": "en", "name": "com", "id": "12345"})
+	body := wire.Body([]byte("data"), map[string]string{"lang": "en", "name": "com", "id": "12345"})
 	b.ReportAllocs()
 	for b.Loop() {
 		f.match(body)

@@ -25,7 +25,7 @@ const (
 // not a copy.
 //
 // Data and attributes are kept in their protobuf encoding (body, see
-// encodeBody), not as a slice and a map: one allocation instead of one for
+// wire.Body), not as a slice and a map: one allocation instead of one for
 // the data, two for the map and one per attribute key and value; less than
 // half the memory; nothing inside for the garbage collector to scan; and a
 // StreamingPull response copies it as it is.

@@ -9,6 +9,7 @@ import (
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/broker/internal/udf"
+	"github.com/dedupflow/dedupflow/broker/internal/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -251,7 +252,7 @@ func (b *Broker) transformDelivery(s *subscription, ts *transforms, d *delivery,
 	r, err := ts.apply(m)
 	if err == nil && r != nil {
 		if r != m {
-			body := encodeBody(r.Data, r.Attributes)
+			body := wire.Body(r.Data, r.Attributes)
 			size := len(r.Data)
 			for k, v := range r.Attributes {
 				size += len(k) + len(v)

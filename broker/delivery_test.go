@@ -9,6 +9,8 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/dedupflow/dedupflow/broker/internal/wire"
 )
 
 // TestStreamResponseEncoding checks the hand-written StreamingPullResponse
@@ -34,7 +36,7 @@ func TestStreamResponseEncoding(t *testing.T) {
 	var ds []delivery
 	var want []*pb.ReceivedMessage
 	for _, x := range ins {
-		m := &message{seq: x.seq, publish: x.publish.UnixNano(), body: encodeBody(x.data, x.attrs), key: x.key}
+		m := &message{seq: x.seq, publish: x.publish.UnixNano(), body: wire.Body(x.data, x.attrs), key: x.key}
 		ds = append(ds, delivery{m: m, ackID: x.ackID, attempt: x.attempt})
 		want = append(want, &pb.ReceivedMessage{
 			AckId: ackIDOf(x.ackID),
