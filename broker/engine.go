@@ -57,7 +57,7 @@ func (b *Broker) fanoutLocked(t *topic, m *message) {
 	for _, s := range t.subs {
 		// A message the filter rejects is acknowledged at once, as in the
 		// service: it is never queued, so every delivery path skips it.
-		if !s.filter.match(m.body) {
+		if !s.filter.Match(m.body) {
 			continue
 		}
 		s.held++
@@ -375,7 +375,7 @@ func (b *Broker) seekLocked(s *subscription, target int64) {
 	}
 	msgs := slices.SortedFunc(maps.Values(keep), func(a, b *message) int { return cmpSeq(a.seq, b.seq) })
 	for _, m := range msgs {
-		if s.filter.match(m.body) {
+		if s.filter.Match(m.body) {
 			s.held++
 			s.enqueueLocked(item{m: m}, false)
 		}

@@ -6,6 +6,8 @@ import (
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/dedupflow/dedupflow/broker/internal/filter"
 )
 
 const (
@@ -97,10 +99,10 @@ type topic struct {
 type subscription struct {
 	id         uint64
 	proto      *pb.Subscription
-	topic      *topic      // nil once the topic is deleted or the sub detached
-	firstSeq   uint64      // messages with a lower seq predate the subscription
-	filter     *filter     // nil: every message; parsed once, from proto.Filter
-	transforms *transforms // nil: none; run at each delivery
+	topic      *topic         // nil once the topic is deleted or the sub detached
+	firstSeq   uint64         // messages with a lower seq predate the subscription
+	filter     *filter.Filter // nil: every message; parsed once, from proto.Filter
+	transforms *transforms    // nil: none; run at each delivery
 	ready      deque[item]
 	keys       map[string]*keyState
 	leases     map[uint64]*lease
