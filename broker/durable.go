@@ -9,6 +9,7 @@ import (
 	"cloud.google.com/go/iam/apiv1/iampb"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/broker/internal/logframe"
+	"github.com/dedupflow/dedupflow/broker/internal/schemacheck"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -291,7 +292,7 @@ func applySchema(b *Broker, r *reader) error {
 	}
 	s := &schema{name: name}
 	for _, sp := range all.Schemas {
-		check, err := parseSchema(sp.Type, sp.Definition)
+		check, err := schemacheck.Parse(sp.Type, sp.Definition)
 		if err != nil {
 			return fmt.Errorf("schema %s revision %s no longer parses: %w", name, sp.RevisionId, err)
 		}
