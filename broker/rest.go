@@ -214,7 +214,7 @@ func (b *Broker) restHandler(services []service) (http.Handler, error) {
 	deny := func(w http.ResponseWriter, _ *http.Request, code int, msg string) {
 		writeRESTError(w, code, codes.PermissionDenied, msg)
 	}
-	return localguard.Host(b.opts.AllowedHosts, deny, localguard.SameSite(false, deny, h)), nil
+	return keepSemicolons(localguard.Host(b.opts.AllowedHosts, deny, localguard.SameSite(false, deny, h))), nil
 }
 
 func (b *Broker) serveREST(w http.ResponseWriter, r *http.Request, routes []*restRoute) {
@@ -224,6 +224,12 @@ func (b *Broker) serveREST(w http.ResponseWriter, r *http.Request, routes []*res
 		return
 	}
 	if b.serveTransformCall(w, r, segs) {
+		return
+	}
+	sys, binds, err := readQuery(r.URL.RawQuery)
+	if err != nil {
+		st, _ := status.FromError(err)
+		writeStatus(w, st)
 		return
 	}
 	var allowed []string
@@ -237,20 +243,14 @@ func (b *Broker) serveREST(w http.ResponseWriter, r *http.Request, routes []*res
 			continue
 		}
 		resp, err := rt.call(r.Context(), func(req any) error {
-			return rt.decode(w, r, vals, req.(proto.Message))
+			return rt.decode(w, r, vals, binds, req.(proto.Message))
 		})
 		if err != nil {
 			st, _ := status.FromError(err)
 			writeStatus(w, st)
 			return
 		}
-		out, err := protojson.Marshal(resp.(proto.Message))
-		if err != nil {
-			writeStatus(w, status.New(codes.Internal, "encode response: "+err.Error()))
-			return
-		}
-		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
-		_, _ = w.Write(out)
+		sys.write(w, resp.(proto.Message))
 		return
 	}
 	// As the service does, a path that no method takes, or not with this
@@ -281,17 +281,9 @@ func pathSegments(p string) ([]string, error) {
 	return segs, nil
 }
 
-// Query parameters that Google's API front end takes for itself; clients
-// such as gcloud send some of them.
-var systemParams = map[string]bool{
-	"alt": true, "prettyPrint": true, "$.xgafv": true, "fields": true, "key": true,
-	"access_token": true, "oauth_token": true, "callback": true, "quotaUser": true,
-	"upload_protocol": true, "uploadType": true,
-}
-
-// decode fills req from the body, the query string and the path, in that
+// decode fills req from the body, the query's binds and the path, in that
 // order, as the HTTP rule says; errors are the service's words.
-func (rt *restRoute) decode(w http.ResponseWriter, r *http.Request, vals map[string]string, req proto.Message) error {
+func (rt *restRoute) decode(w http.ResponseWriter, r *http.Request, vals map[string]string, binds [][2]string, req proto.Message) error {
 	m := req.ProtoReflect()
 	if rt.body != "" {
 		data, err := readBody(w, r)
@@ -313,14 +305,9 @@ func (rt *restRoute) decode(w http.ResponseWriter, r *http.Request, vals map[str
 		}
 	}
 	if rt.body != "*" {
-		for k, vs := range r.URL.Query() {
-			if systemParams[k] {
-				continue
-			}
-			for _, v := range vs {
-				if err := setField(m, k, v); err != nil {
-					return err
-				}
+		for _, kv := range binds {
+			if err := setField(m, kv[0], kv[1]); err != nil {
+				return err
 			}
 		}
 	}
