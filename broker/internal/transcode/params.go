@@ -1,4 +1,4 @@
-package broker
+package transcode
 
 import (
 	"bytes"
@@ -117,7 +117,7 @@ func (p sysParams) write(w http.ResponseWriter, resp proto.Message) {
 	if p.proto {
 		out, err := proto.Marshal(resp)
 		if err != nil {
-			writeStatus(w, status.New(codes.Internal, "encode response: "+err.Error()))
+			WriteStatus(w, status.New(codes.Internal, "encode response: "+err.Error()))
 			return
 		}
 		w.Header().Set("Content-Type", "application/x-protobuf")
@@ -135,7 +135,7 @@ func (p sysParams) write(w http.ResponseWriter, resp proto.Message) {
 		}
 	}
 	if err != nil {
-		writeStatus(w, status.New(codes.Internal, "encode response: "+err.Error()))
+		WriteStatus(w, status.New(codes.Internal, "encode response: "+err.Error()))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
@@ -257,10 +257,10 @@ func (sel selection) apply(v any) any {
 	return v
 }
 
-// keepSemicolons lets a bare ';' through to readQuery as it was sent. Go's
+// KeepSemicolons lets a bare ';' through to readQuery as it was sent. Go's
 // server would otherwise log a warning for each such request (and its
 // query parser drop the pair).
-func keepSemicolons(h http.Handler) http.Handler {
+func KeepSemicolons(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw := r.URL.RawQuery
 		http.AllowQuerySemicolons(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
