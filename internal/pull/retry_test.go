@@ -2,7 +2,6 @@ package pull
 
 import (
 	"context"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -12,8 +11,6 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
-
-	"github.com/dedupflow/dedupflow/broker"
 )
 
 // TestAckRetriesOnTheirOwn: on an exactly-once subscription, an ack the
@@ -22,28 +19,10 @@ import (
 // coming. The server is our broker behind an interceptor that reports the
 // acks of the first confirmed batch as failed twice.
 func TestAckRetriesOnTheirOwn(t *testing.T) {
-	b, err := broker.New(broker.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
 	f := &failing{sent: map[string][]time.Time{}, fails: map[string]int{}}
-	srv := grpc.NewServer(append(broker.ServerOptions(), grpc.ChainStreamInterceptor(
-		func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if info.FullMethod == "/google.pubsub.v1.Subscriber/StreamingPull" {
-				ss = &failingStream{ServerStream: ss, f: f}
-			}
-			return h(srv, ss)
-		}))...)
-	b.Register(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-
-	e := newEnv(t, lis.Addr().String())
+	e := newEnv(t, streamingPullVia(t, func(ss grpc.ServerStream) grpc.ServerStream {
+		return &failingStream{ServerStream: ss, f: f}
+	}))
 	ctx := context.Background()
 	sub, err := e.c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: e.sub})
 	if err != nil {
