@@ -16,22 +16,17 @@ import (
 // the protobuf message they stand for (package wire checks the encoding,
 // and the StreamingPull response, on its own).
 func TestDeliveryEncoding(t *testing.T) {
-	type in struct {
-		seq     uint64
-		publish time.Time
-		data    []byte
-		attrs   map[string]string
-		key     string
-		ackID   uint64
-		attempt int32
-	}
-	ins := []in{
-		{seq: 1, publish: time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC), data: []byte("hello"),
-			attrs: map[string]string{"a": "1", "empty": "", "": "no key"}, ackID: 1},
-		{seq: 1 << 40, publish: time.Unix(0, 0), attrs: map[string]string{"only": "attrs"}, ackID: 1<<64 - 1, attempt: 3},
-		{seq: 77, publish: time.Date(1960, 1, 1, 0, 0, 0, 5, time.UTC), data: make([]byte, 300), key: "k",
-			ackID: 36 * 36, attempt: 1},
-		{seq: 78, publish: time.Unix(1700000000, 0), data: []byte{0}, ackID: 5},
+	ins := []struct {
+		seq, ackID uint64
+		publish    time.Time
+		data       []byte
+		attrs      map[string]string
+		key        string
+		attempt    int32
+	}{
+		{seq: 1, ackID: 1, publish: time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC), data: []byte("hello"),
+			attrs: map[string]string{"a": "1", "": "no key"}, key: "k", attempt: 2},
+		{seq: 2, ackID: 40, publish: time.Unix(0, 0)},
 	}
 	for _, x := range ins {
 		m := &message{seq: x.seq, publish: x.publish.UnixNano(), body: wire.Body(x.data, x.attrs), key: x.key}

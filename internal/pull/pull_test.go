@@ -55,6 +55,21 @@ func newEnv(t *testing.T, host string) *env {
 	return &env{t: t, c: c, sub: sub.String(), pub: p}
 }
 
+// exactlyOnce turns on exactly-once delivery on the subscription.
+func (e *env) exactlyOnce() {
+	e.t.Helper()
+	ctx := context.Background()
+	sub, err := e.c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: e.sub})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sub.EnableExactlyOnceDelivery = true
+	if _, err := e.c.SubscriptionAdminClient.UpdateSubscription(ctx, &pubsubpb.UpdateSubscriptionRequest{Subscription: sub,
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enable_exactly_once_delivery"}}}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func (e *env) publish(n int) {
 	e.t.Helper()
 	rs := make([]*pubsub.PublishResult, n)
@@ -375,17 +390,8 @@ func TestReconnect(t *testing.T) {
 // handed out again are confirmed invalid and counted, exactly those, and
 // the messages come back.
 func TestExactlyOnceConfirmations(t *testing.T) {
-	ctx := context.Background()
 	e := newEnv(t, brokertest.Start(t))
-	sub, err := e.c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: e.sub})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub.EnableExactlyOnceDelivery = true
-	if _, err := e.c.SubscriptionAdminClient.UpdateSubscription(ctx, &pubsubpb.UpdateSubscriptionRequest{Subscription: sub,
-		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enable_exactly_once_delivery"}}}); err != nil {
-		t.Fatal(err)
-	}
+	e.exactlyOnce()
 	const n = 20
 	before := time.Now().Add(-time.Minute)
 	e.publish(n)
@@ -407,7 +413,7 @@ func TestExactlyOnceConfirmations(t *testing.T) {
 		}
 	}
 	first := 0
-	err = run(t, r, h, func() bool {
+	err := run(t, r, h, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if first == 0 && len(s.batches) > 0 {

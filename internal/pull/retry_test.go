@@ -10,7 +10,6 @@ import (
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/types/known/fieldmaskpb"
 )
 
 // TestAckRetriesOnTheirOwn: on an exactly-once subscription, an ack the
@@ -23,20 +22,11 @@ func TestAckRetriesOnTheirOwn(t *testing.T) {
 	e := newEnv(t, streamingPullVia(t, func(ss grpc.ServerStream) grpc.ServerStream {
 		return &failingStream{ServerStream: ss, f: f}
 	}))
-	ctx := context.Background()
-	sub, err := e.c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: e.sub})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub.EnableExactlyOnceDelivery = true
-	if _, err := e.c.SubscriptionAdminClient.UpdateSubscription(ctx, &pubsubpb.UpdateSubscriptionRequest{Subscription: sub,
-		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enable_exactly_once_delivery"}}}); err != nil {
-		t.Fatal(err)
-	}
+	e.exactlyOnce()
 
 	// Messages keep coming while the retries are due, so batches are
 	// acked in between.
-	pctx, stopPublishing := context.WithCancel(ctx)
+	pctx, stopPublishing := context.WithCancel(context.Background())
 	var publishing sync.WaitGroup
 	publishing.Go(func() {
 		tick := time.NewTicker(5 * time.Millisecond)
