@@ -17,6 +17,7 @@ import (
 
 	"cloud.google.com/go/iam/apiv1/iampb"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/broker/internal/transcode"
 	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/grpc"
@@ -177,7 +178,7 @@ func New(opts Options) (*Broker, error) {
 // Register adds the broker's services (Publisher, Subscriber, SchemaService) to s.
 func (b *Broker) Register(s *grpc.Server) {
 	for _, svc := range b.services() {
-		s.RegisterService(svc.desc, svc.impl)
+		s.RegisterService(svc.Desc, svc.Impl)
 	}
 }
 
@@ -235,14 +236,14 @@ func (b *Broker) Serve(lis net.Listener) error {
 }
 
 // services are the implementations that gRPC and REST requests reach.
-func (b *Broker) services() []service {
-	return []service{
-		{desc: &pb.Publisher_ServiceDesc, impl: &b.pub},
-		{desc: &pb.Subscriber_ServiceDesc, impl: &b.sub},
-		{desc: &pb.SchemaService_ServiceDesc, impl: &schemaServer{b: b}},
+func (b *Broker) services() []transcode.Service {
+	return []transcode.Service{
+		{Desc: &pb.Publisher_ServiceDesc, Impl: &b.pub},
+		{Desc: &pb.Subscriber_ServiceDesc, Impl: &b.sub},
+		{Desc: &pb.SchemaService_ServiceDesc, Impl: &schemaServer{b: b}},
 		// The IAM proto binds POST only; Pub/Sub's REST API reads a
 		// policy with GET.
-		{desc: &iampb.IAMPolicy_ServiceDesc, impl: &iamServer{b: b}, more: map[string][]*annotations.HttpRule{
+		{Desc: &iampb.IAMPolicy_ServiceDesc, Impl: &iamServer{b: b}, More: map[string][]*annotations.HttpRule{
 			"GetIamPolicy": {{Pattern: &annotations.HttpRule_Get{Get: "/v1/{resource=**}:getIamPolicy"}}},
 		}},
 	}

@@ -6,9 +6,13 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -318,16 +322,17 @@ func collect[M any](t *testing.T, it interface{ Next() (M, error) }) []M {
 	}
 }
 
-// TestRecordKinds checks the table of durable state: every kind is
-// replayed, and is either saved by a checkpoint or says which saved state
-// holds its effect.
+// TestRecordKinds checks the table of durable state: the record types are
+// the rec constants of the package's source, each with one row, and run
+// 1..N without gaps; every kind is replayed, and is either saved by a
+// checkpoint or says which saved state holds its effect.
 func TestRecordKinds(t *testing.T) {
-	seen := map[byte]bool{}
+	rows := map[byte]recordKind{}
 	for _, k := range recordKinds {
-		if seen[k.typ] {
+		if _, dup := rows[k.typ]; dup {
 			t.Errorf("record type %d (%s) appears twice", k.typ, k.name)
 		}
-		seen[k.typ] = true
+		rows[k.typ] = k
 		if k.apply == nil {
 			t.Errorf("%s records are not replayed", k.name)
 		}
@@ -335,4 +340,69 @@ func TestRecordKinds(t *testing.T) {
 			t.Errorf("%s: a kind either saves its state at a checkpoint or names the state that holds its effect", k.name)
 		}
 	}
+	for typ := 1; typ <= len(recordKinds); typ++ {
+		if _, ok := rows[byte(typ)]; !ok {
+			t.Errorf("no row for record type %d: the types run 1..%d without gaps", typ, len(recordKinds))
+		}
+	}
+	consts := recordConsts(t)
+	for name, typ := range consts {
+		if _, ok := rows[typ]; !ok {
+			t.Errorf("%s = %d has no row in recordKinds", name, typ)
+		}
+	}
+	if len(consts) != len(recordKinds) {
+		t.Errorf("%d rec constants for %d rows", len(consts), len(recordKinds))
+	}
+}
+
+// recordConsts reads the record types from the package's source: every
+// byte constant whose name starts with rec, with its literal value.
+func recordConsts(t *testing.T) map[string]byte {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]byte{}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "byte" {
+					continue
+				}
+				for i, n := range vs.Names {
+					if !strings.HasPrefix(n.Name, "rec") {
+						continue
+					}
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok {
+						t.Fatalf("%s: %s is not a literal; record types are written out, being on disk", fset.Position(n.Pos()), n.Name)
+					}
+					v, err := strconv.ParseUint(lit.Value, 0, 8)
+					if err != nil {
+						t.Fatalf("%s: %s: %v", fset.Position(n.Pos()), n.Name, err)
+					}
+					out[n.Name] = byte(v)
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("found no rec constants in the package's source")
+	}
+	return out
 }

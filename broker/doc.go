@@ -5,10 +5,33 @@
 // The same port serves Pub/Sub's v1 REST API (for gcloud, curl and REST
 // clients): its routes come from the services' google.api.http
 // annotations, its JSON is protojson, and a request runs the same
-// implementation as the gRPC call (rest.go, listen.go). Requests that a
+// implementation as the gRPC call (api_rest.go, internal/transcode,
+// api_listen.go). Requests that a
 // browser marks as cross-site, and Host names other than loopback, IP
 // literals and Options.AllowedHosts, are refused, so a web page cannot
 // drive it.
+//
+// # Where things are
+//
+// The API surface is in the files named api_*.go: the gRPC services
+// (api_publisher.go, api_subscriber.go, api_stream.go for StreamingPull,
+// api_schema.go, api_iam.go), the REST API's handler (api_rest.go) and the
+// transform calls only REST has (api_transformcalls.go), the checks of
+// requests' names, settings and update masks (api_names.go, api_mask.go),
+// the changes of topics and subscriptions that the RPCs make and the log's
+// replay makes again (api_admin.go), the console's overview
+// (api_overview.go) and the port gRPC and REST share (api_listen.go).
+// bootstrap.go creates the resources Options name before the broker
+// serves.
+//
+// The engine is in the other files: the state (model.go), delivery
+// (engine.go, queue.go, delivery.go, push.go, oidc.go), snapshots
+// (snapshot.go), transforms (transform.go) and durability (durable.go,
+// record.go, log.go, wal.go, replay.go). What needs no broker is in
+// internal packages, each tested alone: logframe (the log's framing), wire
+// (a message's encoding and the StreamingPull response), filter (the
+// filter language), schemacheck (schema revisions), udf (JavaScript
+// transforms) and transcode (REST to the gRPC services).
 //
 // # Delivery
 //
@@ -28,7 +51,7 @@
 // StreamingPullResponse, which the protobuf runtime writes out verbatim.
 // Building ReceivedMessage structs instead cost five allocations and a
 // reflective walk of the attribute map per message, most of the broker's
-// CPU per streamed message (wire.go).
+// CPU per streamed message (internal/wire).
 //
 // Ordering keys: a subscription with message ordering keeps one queue per
 // key and puts a token for the key in its FIFO when the key may deliver; a
@@ -42,7 +65,7 @@
 // CloudPubSubDeadLetterSource* attributes the emulator adds; exactly-once
 // subscriptions reject acks and modacks of expired ack IDs with the
 // ErrorInfo metadata ("PERMANENT_FAILURE_INVALID_ACK_ID") the clients read.
-// Subscription filters use the service's language (filter.go); each is
+// Subscription filters use the service's language (internal/filter); each is
 // parsed once, when the subscription is created or loaded, and applied when
 // a message is queued: a message the filter rejects is acknowledged there and
 // then, so no delivery path (Pull, StreamingPull, push) sees it and it
@@ -61,7 +84,7 @@
 // handlers as a client's requests, and refuses one that exists with another
 // configuration, naming the field.
 //
-// Schemas (schema.go, schemacheck.go): the SchemaService with AVRO
+// Schemas (api_schema.go, internal/schemacheck): the SchemaService with AVRO
 // (hamba/avro) and PROTOCOL_BUFFER (.proto source compiled by protocompile,
 // checked with dynamicpb) revisions, each parsed once when committed. A
 // topic's schema_settings make Publish check every message against the
@@ -71,7 +94,7 @@
 // is checked as strictly as Google's emulator does (every field present,
 // unions wrapped), Avro binary by decoding it.
 //
-// IAM (iam.go): google.iam.v1.IAMPolicy for topics, subscriptions,
+// IAM (api_iam.go): google.iam.v1.IAMPolicy for topics, subscriptions,
 // snapshots and schemas. Policies are stored with etags, logged, and
 // deleted with their resource, but not enforced: the broker knows no
 // caller's identity.

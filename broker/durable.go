@@ -9,13 +9,16 @@ import (
 	"cloud.google.com/go/iam/apiv1/iampb"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/broker/internal/logframe"
+	"github.com/dedupflow/dedupflow/broker/internal/schemacheck"
 	"google.golang.org/protobuf/proto"
 )
 
 // Durable state is this one table: every record kind of the log, how it is
 // replayed, and how a checkpoint writes the state it carries. Replay and
-// checkpoint both walk it, so a kind cannot be left out of either (see
-// TestRecordKinds and TestCompactionKeepsEveryKind).
+// checkpoint both walk it, so a kind cannot be left out of either. The
+// types, written out because they are on disk, run 1..N without gaps, and
+// every rec constant has its row: TestRecordKinds reads the constants from
+// the source and holds both (TestCompactionKeepsEveryKind then replays each).
 //
 // A record is a type byte followed by fields encoded with uvarints and
 // length-prefixed bytes; configuration travels as the resource's protobuf,
@@ -289,7 +292,7 @@ func applySchema(b *Broker, r *reader) error {
 	}
 	s := &schema{name: name}
 	for _, sp := range all.Schemas {
-		check, err := parseSchema(sp.Type, sp.Definition)
+		check, err := schemacheck.Parse(sp.Type, sp.Definition)
 		if err != nil {
 			return fmt.Errorf("schema %s revision %s no longer parses: %w", name, sp.RevisionId, err)
 		}

@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/dedupflow/dedupflow/broker/internal/wire"
 )
 
 // The functions in this file change the delivery state. They all run with
@@ -41,7 +43,7 @@ func unixNanos(t time.Time) int64 {
 }
 
 // publishLocked stores a new message on t and hands it to every attached
-// subscription. body is what encodeBody made of the data and attributes,
+// subscription. body is what wire.Body made of the data and attributes,
 // size is what checkMessage computed.
 func (b *Broker) publishLocked(t *topic, body []byte, key string, size int, now int64) *message {
 	m := &message{seq: b.nextSeq, topic: t.id, publish: now, body: body, key: key, size: size}
@@ -55,7 +57,7 @@ func (b *Broker) fanoutLocked(t *topic, m *message) {
 	for _, s := range t.subs {
 		// A message the filter rejects is acknowledged at once, as in the
 		// service: it is never queued, so every delivery path skips it.
-		if !s.filter.match(m.body) {
+		if !s.filter.Match(m.body) {
 			continue
 		}
 		s.held++
@@ -298,7 +300,7 @@ func (b *Broker) deadLetterLocked(s *subscription, it item, now int64) bool {
 			size += len(k) + len(v)
 		}
 	}
-	b.publishLocked(t, encodeBody(it.m.data(), attrs), it.m.key, size, now)
+	b.publishLocked(t, wire.Body(it.m.data(), attrs), it.m.key, size, now)
 	b.finishLocked(s, it.m)
 	b.releaseKeyLocked(s, it.m)
 	s.deadLettered++
@@ -373,7 +375,7 @@ func (b *Broker) seekLocked(s *subscription, target int64) {
 	}
 	msgs := slices.SortedFunc(maps.Values(keep), func(a, b *message) int { return cmpSeq(a.seq, b.seq) })
 	for _, m := range msgs {
-		if s.filter.match(m.body) {
+		if s.filter.Match(m.body) {
 			s.held++
 			s.enqueueLocked(item{m: m}, false)
 		}

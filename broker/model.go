@@ -6,6 +6,8 @@ import (
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/dedupflow/dedupflow/broker/internal/filter"
 )
 
 const (
@@ -25,7 +27,7 @@ const (
 // not a copy.
 //
 // Data and attributes are kept in their protobuf encoding (body, see
-// encodeBody), not as a slice and a map: one allocation instead of one for
+// wire.Body), not as a slice and a map: one allocation instead of one for
 // the data, two for the map and one per attribute key and value; less than
 // half the memory; nothing inside for the garbage collector to scan; and a
 // StreamingPull response copies it as it is.
@@ -97,10 +99,10 @@ type topic struct {
 type subscription struct {
 	id         uint64
 	proto      *pb.Subscription
-	topic      *topic      // nil once the topic is deleted or the sub detached
-	firstSeq   uint64      // messages with a lower seq predate the subscription
-	filter     *filter     // nil: every message; parsed once, from proto.Filter
-	transforms *transforms // nil: none; run at each delivery
+	topic      *topic         // nil once the topic is deleted or the sub detached
+	firstSeq   uint64         // messages with a lower seq predate the subscription
+	filter     *filter.Filter // nil: every message; parsed once, from proto.Filter
+	transforms *transforms    // nil: none; run at each delivery
 	ready      deque[item]
 	keys       map[string]*keyState
 	leases     map[uint64]*lease

@@ -267,10 +267,10 @@ func (p *pusher) work(tg pushTarget, jobs []pushJob) {
 		r := pushSkipped
 		if !failed && tg.ts != nil {
 			switch p.b.transformDelivery(p.s, tg.ts, &j.d, true) {
-			case outFiltered:
+			case transformFiltered:
 				p.results <- pushAcked
 				continue
-			case outFailed:
+			case transformFailed:
 				p.results <- pushFailed
 				failed = true
 				continue

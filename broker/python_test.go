@@ -19,10 +19,17 @@ import (
 var emulatorLacks = map[string]bool{"== seek to a snapshot and to a time": true}
 
 // TestPythonClientTour runs testdata/python/client_tour.py with the official
-// Python client against our broker and against Google's emulator: ours must
-// print testdata/python/transcript.txt exactly, the emulator every section
-// it supports.
+// Python client, over gRPC and over its REST transport, against our broker
+// and against Google's emulator: ours must print
+// testdata/python/transcript.txt exactly, the emulator every section it
+// supports.
 func TestPythonClientTour(t *testing.T) {
+	for _, transport := range []string{"grpc", "rest"} {
+		t.Run(transport, func(t *testing.T) { pythonClientTour(t, transport) })
+	}
+}
+
+func pythonClientTour(t *testing.T, transport string) {
 	python := testenv.Python(t)
 	dir, err := filepath.Abs(filepath.Join("..", "testdata", "python"))
 	if err != nil {
@@ -37,7 +44,7 @@ func TestPythonClientTour(t *testing.T) {
 		return startOurs(t, Options{Now: time.Now}).addr
 	}, func(t *testing.T, host string) {
 		emulator := strings.HasSuffix(t.Name(), "/emulator")
-		got := sections(runTour(t, python, filepath.Join(dir, "client_tour.py"), host))
+		got := sections(runTour(t, python, filepath.Join(dir, "client_tour.py"), host, transport))
 		for _, name := range sectionNames(string(want)) {
 			if emulator && emulatorLacks[name] {
 				t.Logf("the emulator, not compared:\n%s", got[name])
@@ -50,13 +57,14 @@ func TestPythonClientTour(t *testing.T) {
 	})
 }
 
-func runTour(t *testing.T, python, script, host string) string {
+func runTour(t *testing.T, python, script, host, transport string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, script)
 	cmd.Env = append(os.Environ(),
 		"PUBSUB_EMULATOR_HOST="+host,
+		"TOUR_TRANSPORT="+transport,
 		fmt.Sprintf("TOUR_SUFFIX=%d", time.Now().UnixNano()))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -6,8 +6,8 @@ import (
 	"slices"
 
 	"github.com/dedupflow/dedupflow/broker/internal/logframe"
+	"github.com/dedupflow/dedupflow/broker/internal/wire"
 	"github.com/dedupflow/dedupflow/limits"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -95,25 +95,18 @@ func (r *reader) message() *message {
 		return nil
 	}
 	attrs := *r
-	size, bodyLen := len(data)+len(m.key), 0
-	if len(data) > 0 {
-		bodyLen = protowire.SizeTag(fMessageData) + protowire.SizeBytes(len(data))
-	}
+	size, bodyLen := len(data)+len(m.key), wire.DataSize(len(data))
 	for i := uint64(0); i < n && r.Err == nil; i++ {
 		k, v := r.Bytes(), r.Bytes()
 		size += len(k) + len(v)
-		bodyLen += protowire.SizeTag(fMessageAttrs) + protowire.SizeBytes(mapEntrySize(k, v))
+		bodyLen += wire.AttrSize(k, v)
 	}
 	if r.Err != nil {
 		return nil
 	}
-	body := make([]byte, 0, bodyLen)
-	if len(data) > 0 {
-		body = protowire.AppendTag(body, fMessageData, protowire.BytesType)
-		body = protowire.AppendBytes(body, data)
-	}
+	body := wire.AppendData(make([]byte, 0, bodyLen), data)
 	for i := uint64(0); i < n; i++ {
-		body = appendAttr(body, attrs.Bytes(), attrs.Bytes())
+		body = wire.AppendAttr(body, attrs.Bytes(), attrs.Bytes())
 	}
 	m.body, m.size = body, size
 	return m

@@ -111,7 +111,7 @@ func (b *Broker) seekSnapshotLocked(s *subscription, sn *snapshot) {
 	})
 	b.resetSubLocked(s)
 	for i := 0; i < sn.msgs.len(); i++ {
-		if m := sn.msgs.at(i); s.filter.match(m.body) {
+		if m := sn.msgs.at(i); s.filter.Match(m.body) {
 			s.held++
 			s.enqueueLocked(item{m: m}, false)
 		}

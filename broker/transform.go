@@ -9,6 +9,7 @@ import (
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/broker/internal/udf"
+	"github.com/dedupflow/dedupflow/broker/internal/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -222,7 +223,7 @@ func (b *Broker) filteredIDLocked() string {
 func (b *Broker) transformDeliveries(s *subscription, ts *transforms, ds []delivery) []delivery {
 	out := ds[:0]
 	for _, d := range ds {
-		if b.transformDelivery(s, ts, &d, false) == outDeliver {
+		if b.transformDelivery(s, ts, &d, false) == transformDeliver {
 			out = append(out, d)
 		}
 	}
@@ -230,13 +231,13 @@ func (b *Broker) transformDeliveries(s *subscription, ts *transforms, ds []deliv
 	return out
 }
 
-// outcome is what a subscription's transforms made of a delivery.
-type outcome int8
+// transformResult is what a subscription's transforms made of a delivery.
+type transformResult int8
 
 const (
-	outDeliver outcome = iota
-	outFiltered
-	outFailed
+	transformDeliver transformResult = iota
+	transformFiltered
+	transformFailed
 )
 
 // transformDelivery runs s's transforms on d, replacing its message by the
@@ -246,19 +247,19 @@ const (
 // otherwise it is not delivered and its lease runs out (push nacks it,
 // leaving it to the push backoff), so that it is tried again later, like a
 // message its subscriber did not acknowledge, and counts a delivery attempt.
-func (b *Broker) transformDelivery(s *subscription, ts *transforms, d *delivery, push bool) outcome {
+func (b *Broker) transformDelivery(s *subscription, ts *transforms, d *delivery, push bool) transformResult {
 	m := d.m.proto()
 	r, err := ts.apply(m)
 	if err == nil && r != nil {
 		if r != m {
-			body := encodeBody(r.Data, r.Attributes)
+			body := wire.Body(r.Data, r.Attributes)
 			size := len(r.Data)
 			for k, v := range r.Attributes {
 				size += len(k) + len(v)
 			}
 			d.m = &message{seq: d.m.seq, topic: d.m.topic, publish: d.m.publish, body: body, key: d.m.key, size: size}
 		}
-		return outDeliver
+		return transformDeliver
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -267,17 +268,17 @@ func (b *Broker) transformDelivery(s *subscription, ts *transforms, d *delivery,
 		if l != nil && !l.backoff {
 			b.ackLeaseLocked(l)
 		}
-		return outFiltered
+		return transformFiltered
 	}
 	if l == nil || l.backoff {
-		return outFailed
+		return transformFailed
 	}
 	b.log.Warn("message failed a subscription's transform; not delivered", "subscription", s.proto.Name,
 		"message_id", d.m.id(), "err", err)
 	if s.proto.DeadLetterPolicy != nil && !errors.Is(err, udf.ErrTimeout) {
 		b.endLeaseLocked(l)
 		if b.deadLetterLocked(s, l.it, b.nowNanos()) {
-			return outFailed
+			return transformFailed
 		}
 		s.leases[l.id] = l
 		b.timers.push(l)
@@ -285,7 +286,7 @@ func (b *Broker) transformDelivery(s *subscription, ts *transforms, d *delivery,
 	if push {
 		b.nackLocked(l, b.nowNanos())
 	}
-	return outFailed
+	return transformFailed
 }
 
 // TransformStats describes one of a resource's message transforms.

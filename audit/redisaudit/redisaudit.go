@@ -45,12 +45,11 @@ import (
 	"strconv"
 	"time"
 
-	redisstore "github.com/dedupflow/dedupflow/store/redis"
-
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dedupflow/dedupflow/audit"
 	"github.com/dedupflow/dedupflow/internal/redact"
+	"github.com/dedupflow/dedupflow/internal/redisconn"
 )
 
 // DefaultPrefix is the dedup store's default prefix, so one --state URL
@@ -80,12 +79,12 @@ var _ audit.Target = (*Target)(nil)
 // dedup store: redis:// or rediss://, go-redis's query options, and
 // prefix= and cluster=true (more seed nodes with addr=host:port).
 func Open(ctx context.Context, rawURL string, opt Options) (*Target, error) {
-	rdb, prefix, err := redisstore.Dial(ctx, rawURL)
+	rdb, uo, err := redisconn.Dial(ctx, rawURL)
 	if err != nil {
 		return nil, err
 	}
-	if prefix != "" {
-		opt.Prefix = prefix
+	if uo.Prefix != "" {
+		opt.Prefix = uo.Prefix
 	}
 	t := New(rdb, opt)
 	t.own, t.name = true, redact.URL(rawURL)

@@ -10,8 +10,20 @@ import (
 	"time"
 
 	"github.com/dedupflow/dedupflow/dedup"
-	"github.com/dedupflow/dedupflow/internal/testenv"
 )
+
+// A Meter measures a benchmark's timed loop beyond ns/op: it is called as
+// the loop starts and returns the function that reports its figures, called
+// as the loop ends. A caller passes the one its machine has (this project
+// reports the process's CPU time per op); nil measures nothing more.
+type Meter func(b *testing.B) (report func())
+
+func (m Meter) start(b *testing.B) func() {
+	if m == nil {
+		return func() {}
+	}
+	return m(b)
+}
 
 // Callers of the single calls and batch size of the batch calls in Bench:
 // the official client's callbacks call a store from as many goroutines as
@@ -38,22 +50,21 @@ func BenchKey() dedup.Key {
 // Bench measures one op, a claim of a new key and its commit, through the
 // single calls from 1000 goroutines ("single") and through the batch calls
 // in batches of 500 from 4 goroutines ("batch"), in one run, so that their
-// ratio is taken under the same load. It reports ops/s and cpu-ns/op (the
-// whole process's CPU: a store's own goroutines count). open is called
-// once per sub-benchmark.
-func Bench(b *testing.B, open func(b *testing.B) dedup.Store) {
-	b.Run("single", func(b *testing.B) { ClaimCommit(b, open(b)) })
-	b.Run("batch", func(b *testing.B) { benchBatches(b, open(b)) })
+// ratio is taken under the same load. It reports ops/s and what m
+// measures. open is called once per sub-benchmark.
+func Bench(b *testing.B, open func(b *testing.B) dedup.Store, m Meter) {
+	b.Run("single", func(b *testing.B) { ClaimCommit(b, open(b), m) })
+	b.Run("batch", func(b *testing.B) { benchBatches(b, open(b), m) })
 }
 
 // ClaimCommit measures one op, a claim of a new key and its commit, through
 // s's single calls from 1000 goroutines, as the official client's callbacks
-// call a store; it reports ops/s and cpu-ns/op.
-func ClaimCommit(b *testing.B, s dedup.Store) {
+// call a store; it reports ops/s and what m measures.
+func ClaimCommit(b *testing.B, s dedup.Store, m Meter) {
 	ctx := context.Background()
 	b.SetParallelism((benchCallers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	b.ResetTimer()
-	cpu := testenv.CPUPerOp(b)
+	report := m.start(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			k, now := BenchKey(), time.Now()
@@ -67,15 +78,15 @@ func ClaimCommit(b *testing.B, s dedup.Store) {
 			}
 		}
 	})
-	cpu()
+	report()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
-func benchBatches(b *testing.B, s dedup.Store) {
+func benchBatches(b *testing.B, s dedup.Store, m Meter) {
 	ctx := context.Background()
 	b.SetParallelism(max(1, benchStreams/runtime.GOMAXPROCS(0)))
 	b.ResetTimer()
-	cpu := testenv.CPUPerOp(b)
+	report := m.start(b)
 	b.RunParallel(func(pb *testing.PB) {
 		cs := make([]dedup.Claim, 0, benchBatch)
 		es := make([]dedup.Entry, benchBatch)
@@ -109,6 +120,6 @@ func benchBatches(b *testing.B, s dedup.Store) {
 			flush()
 		}
 	})
-	cpu()
+	report()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }

@@ -15,9 +15,10 @@
 //     every 30 s, and a stream whose server has answered pings (with empty
 //     responses) but answers nothing 15 s after one is reopened; a server
 //     that never answers (before protocol_version 1) is not held to it;
-//   - exactly-once subscriptions: ack IDs the server confirms as
-//     temporarily failed are acked again with the next request, invalid ones
-//     counted (Stats, and Collector for Prometheus);
+//   - exactly-once subscriptions: an ack ID the server confirms as
+//     temporarily failed is acked again on its own, after a pause that
+//     doubles with each failure, up to 5 times; invalid ones are counted
+//     (Stats, and Collector for Prometheus);
 //   - reconnects with backoff on retryable codes, keeping the client ID;
 //   - a clean stop: the batch being handled is finished and settled, the
 //     messages not yet handed over are nacked.

@@ -55,6 +55,21 @@ func newEnv(t *testing.T, host string) *env {
 	return &env{t: t, c: c, sub: sub.String(), pub: p}
 }
 
+// exactlyOnce turns on exactly-once delivery on the subscription.
+func (e *env) exactlyOnce() {
+	e.t.Helper()
+	ctx := context.Background()
+	sub, err := e.c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: e.sub})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sub.EnableExactlyOnceDelivery = true
+	if _, err := e.c.SubscriptionAdminClient.UpdateSubscription(ctx, &pubsubpb.UpdateSubscriptionRequest{Subscription: sub,
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enable_exactly_once_delivery"}}}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func (e *env) publish(n int) {
 	e.t.Helper()
 	rs := make([]*pubsub.PublishResult, n)
@@ -375,17 +390,8 @@ func TestReconnect(t *testing.T) {
 // handed out again are confirmed invalid and counted, exactly those, and
 // the messages come back.
 func TestExactlyOnceConfirmations(t *testing.T) {
-	ctx := context.Background()
 	e := newEnv(t, brokertest.Start(t))
-	sub, err := e.c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: e.sub})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub.EnableExactlyOnceDelivery = true
-	if _, err := e.c.SubscriptionAdminClient.UpdateSubscription(ctx, &pubsubpb.UpdateSubscriptionRequest{Subscription: sub,
-		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"enable_exactly_once_delivery"}}}); err != nil {
-		t.Fatal(err)
-	}
+	e.exactlyOnce()
 	const n = 20
 	before := time.Now().Add(-time.Minute)
 	e.publish(n)
@@ -407,7 +413,7 @@ func TestExactlyOnceConfirmations(t *testing.T) {
 		}
 	}
 	first := 0
-	err = run(t, r, h, func() bool {
+	err := run(t, r, h, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if first == 0 && len(s.batches) > 0 {
@@ -527,30 +533,17 @@ func TestOrderingAcrossBatches(t *testing.T) {
 // stalled proxy or a half-dead connection would. Pings go out more often
 // than the timeout: the silence is timed from the oldest unanswered one.
 func TestSilentServer(t *testing.T) {
-	b, err := broker.New(broker.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
 	var streams atomic.Int64
 	silent := make(chan struct{})
 	var silence sync.Once
-	srv := grpc.NewServer(append(broker.ServerOptions(), grpc.ChainStreamInterceptor(
-		func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if info.FullMethod == "/google.pubsub.v1.Subscriber/StreamingPull" && streams.Add(1) == 1 {
-				ss = &muted{ServerStream: ss, silent: silent}
-			}
-			return h(srv, ss)
-		}))...)
-	b.Register(srv)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
+	addr := streamingPullVia(t, func(ss grpc.ServerStream) grpc.ServerStream {
+		if streams.Add(1) == 1 {
+			return &muted{ServerStream: ss, silent: silent}
+		}
+		return ss
+	})
 
-	e := newEnv(t, lis.Addr().String())
+	e := newEnv(t, addr)
 	r := e.receiver(Options{Streams: 1, pingEvery: 200 * time.Millisecond, serverTimeout: 300 * time.Millisecond})
 	var s seen
 	ack := func(_ context.Context, ms []*pubsub.Message, rs []Result) {
@@ -561,7 +554,7 @@ func TestSilentServer(t *testing.T) {
 	}
 	start := time.Now()
 	published := false
-	err = run(t, r, ack, func() bool {
+	err := run(t, r, ack, func() bool {
 		if time.Since(start) > time.Second { // the first stream has answered pings by now
 			silence.Do(func() { close(silent) })
 		}
@@ -577,6 +570,32 @@ func TestSilentServer(t *testing.T) {
 	if st := r.Stats(); st.Streams != 2 {
 		t.Errorf("stats %+v: want the silent stream replaced once", st)
 	}
+}
+
+// streamingPullVia starts our broker on a port of its own, each
+// StreamingPull stream of which goes through wrap, and returns its address.
+func streamingPullVia(t *testing.T, wrap func(grpc.ServerStream) grpc.ServerStream) string {
+	t.Helper()
+	b, err := broker.New(broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	srv := grpc.NewServer(append(broker.ServerOptions(), grpc.ChainStreamInterceptor(
+		func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if info.FullMethod == "/google.pubsub.v1.Subscriber/StreamingPull" {
+				ss = wrap(ss)
+			}
+			return h(srv, ss)
+		}))...)
+	b.Register(srv)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return lis.Addr().String()
 }
 
 // muted holds back every response of a stream once silent is closed.

@@ -6,6 +6,8 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+
+	"github.com/dedupflow/dedupflow/internal/backoff"
 )
 
 // maxIDs is the most ack IDs in one request: well inside the 10 MB a
@@ -29,11 +31,19 @@ type session struct {
 	h       Handler
 	held    map[string]weight // every message in hand, by ack ID
 	pending []*pb.ReceivedMessage
-	first   time.Time // when pending's first message came
-	retry   map[string]int
+	first   time.Time            // when pending's first message came
+	retry   map[string]*ackRetry // acks the server failed for now, by ack ID
+	resend  *time.Timer          // fires when the earliest retry is due
 	working bool
 	results chan settled
 	got     bool
+}
+
+// ackRetry is an ack the server failed for now: how often, and when it is
+// sent again (zero while it is out, awaiting its confirmation).
+type ackRetry struct {
+	fails int
+	due   time.Time
 }
 
 // settled is a handled batch and what to do with each of its messages.
@@ -68,7 +78,10 @@ func (r *Receiver) session(ctx context.Context, h Handler) (got bool, err error)
 		_, err = spc.Recv() // Send reports io.EOF; the stream's error comes from Recv
 		return false, err
 	}
-	s := &session{r: r, spc: spc, h: h, held: map[string]weight{}, retry: map[string]int{}, results: make(chan settled, 1)}
+	s := &session{r: r, spc: spc, h: h, held: map[string]weight{}, retry: map[string]*ackRetry{},
+		resend: time.NewTimer(time.Hour), results: make(chan settled, 1)}
+	s.resend.Stop()
+	defer s.resend.Stop()
 	resps, recvErr, recvDone := s.receive(sctx)
 	defer func() {
 		cancel()
@@ -168,7 +181,8 @@ func (s *session) run(ctx context.Context, resps <-chan incoming, recvErr <-chan
 	// answers: the server has answered a ping on this stream. Only then is
 	// its silence taken for a dead stream: a server before protocol_version
 	// 1 (Google's emulator 528) never answers, and a stream reopened to that
-	// emulator strands messages on the old one (DESIGN.md, section 5).
+	// emulator strands the next messages on the old one (measured: none
+	// arrived in 30 s; TestKeepalive keeps a stream to it open).
 	answers := false
 	for {
 		if !s.working && len(s.pending) > 0 && (len(s.pending) >= opt.MaxBatch || time.Since(s.first) >= opt.BatchWait) {
@@ -206,6 +220,10 @@ func (s *session) run(ctx context.Context, resps <-chan incoming, recvErr <-chan
 		case <-fill.C:
 		case <-lease.C:
 			if err := s.extend(); err != nil {
+				return s.broken(err)
+			}
+		case <-s.resend.C:
+			if err := s.resendDue(); err != nil {
 				return s.broken(err)
 			}
 		case <-ping.C:
@@ -277,10 +295,7 @@ func (s *session) settle(d settled, unary bool) error {
 		s.r.release(s.held[m.AckId])
 		delete(s.held, m.AckId)
 	}
-	for id := range s.retry {
-		acks = append(acks, id)
-	}
-	s.r.acked.Add(int64(len(acks) - len(s.retry)))
+	s.r.acked.Add(int64(len(acks)))
 	for _, ids := range nacks {
 		s.r.nacked.Add(int64(len(ids)))
 	}
@@ -339,28 +354,65 @@ func (s *session) modack(ids []string, secs int32, unary bool) error {
 }
 
 // extend moves the ack deadline of every message in hand on by the
-// stream's ack deadline, and acks again those whose ack failed for now.
+// stream's ack deadline.
 func (s *session) extend() error {
 	ids := make([]string, 0, len(s.held))
 	for id := range s.held {
 		ids = append(ids, id)
 	}
-	if err := s.modack(ids, int32(s.r.opt.AckDeadline/time.Second), false); err != nil {
-		return err
-	}
-	if len(s.retry) == 0 {
-		return nil
-	}
-	retry := make([]string, 0, len(s.retry))
-	for id := range s.retry {
-		retry = append(retry, id)
-	}
-	return s.ack(retry, false)
+	return s.modack(ids, int32(s.r.opt.AckDeadline/time.Second), false)
 }
 
-// maxAckRetries bounds how often an ack the server failed for now is sent
-// again: after that the message comes back, and is caught as a redelivery.
-const maxAckRetries = 5
+// An ack the server failed for now is sent again on its own, after a pause
+// that doubles from ackRetryMin with each failure of it, and at most
+// maxAckRetries times: after that the message comes back, and is caught as
+// a redelivery. The pauses add up to about 3 s, well inside the shortest
+// ack deadline (10 s).
+const (
+	maxAckRetries = 5
+	ackRetryMin   = 100 * time.Millisecond
+	ackRetryMax   = 2 * time.Second
+)
+
+// resendDue acks again the retries that are due, and sets the timer for
+// the next.
+func (s *session) resendDue() error {
+	now := time.Now()
+	var ids []string
+	for id, a := range s.retry {
+		if !a.due.IsZero() && !a.due.After(now) {
+			ids = append(ids, id)
+			a.due = time.Time{}
+		}
+	}
+	s.schedule()
+	return s.ack(ids, false)
+}
+
+// schedule sets the resend timer for the earliest retry due.
+func (s *session) schedule() {
+	var next time.Time
+	for _, a := range s.retry {
+		if !a.due.IsZero() && (next.IsZero() || a.due.Before(next)) {
+			next = a.due
+		}
+	}
+	s.resend.Stop()
+	if !next.IsZero() {
+		s.resend.Reset(time.Until(next))
+	}
+}
+
+// retryIDs are the acks still to retry, sent once more at a stop or after
+// the stream broke.
+func (s *session) retryIDs() []string {
+	ids := make([]string, 0, len(s.retry))
+	for id := range s.retry {
+		ids = append(ids, id)
+	}
+	clear(s.retry)
+	return ids
+}
 
 // confirmed reads an exactly-once subscription's ack confirmations.
 func (s *session) confirmed(resp *pb.StreamingPullResponse) {
@@ -375,11 +427,23 @@ func (s *session) confirmed(resp *pb.StreamingPullResponse) {
 		delete(s.retry, id)
 	}
 	s.r.invalid.Add(int64(len(c.InvalidAckIds)))
-	for _, id := range c.TemporaryFailedAckIds {
-		if s.retry[id]++; s.retry[id] > maxAckRetries {
-			delete(s.retry, id)
-		}
+	if len(c.TemporaryFailedAckIds) == 0 {
+		return
 	}
+	now := time.Now()
+	for _, id := range c.TemporaryFailedAckIds {
+		a := s.retry[id]
+		if a == nil {
+			a = &ackRetry{}
+			s.retry[id] = a
+		}
+		if a.fails++; a.fails > maxAckRetries {
+			delete(s.retry, id)
+			continue
+		}
+		a.due = now.Add(backoff.Delay(a.fails, ackRetryMin, ackRetryMax))
+	}
+	s.schedule()
 }
 
 // stop settles what the session holds at a stop: the messages not handed
@@ -391,6 +455,9 @@ func (s *session) stop(resps <-chan incoming, recvErr <-chan error) error {
 	nack := settled{ms: s.pending, rs: make([]Result, len(s.pending))}
 	s.pending = nil
 	err := s.settle(nack, false)
+	if e := s.ack(s.retryIDs(), false); err == nil {
+		err = e
+	}
 	if s.working {
 		d := <-s.results
 		s.working = false
@@ -446,6 +513,7 @@ func (s *session) broken(err error) error {
 		_ = s.settle(settled{ms: s.pending, rs: make([]Result, len(s.pending))}, true)
 		s.pending = nil
 	}
+	_ = s.ack(s.retryIDs(), true)
 	s.drop()
 	return err
 }

@@ -18,10 +18,10 @@ import (
 	"github.com/dedupflow/dedupflow/sink"
 )
 
-// Batch bounds: the service's per-request limits, the bytes with room for
-// each message's framing and the request's own fields.
+// A batch holds at most limits.RequestMessages messages and maxBatchBytes,
+// the service's request bound with room for each message's framing and the
+// request's own fields.
 const (
-	maxBatchCount = limits.RequestMessages
 	maxBatchBytes = 9 << 20
 	maxRPCs       = 4
 )
@@ -91,7 +91,7 @@ func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 		return fmt.Errorf("publish to %s: %w", s.topic, ErrStopped)
 	}
 	b := s.open
-	if b != nil && (len(b.msgs) == maxBatchCount || b.bytes+size > maxBatchBytes) {
+	if b != nil && (len(b.msgs) == limits.RequestMessages || b.bytes+size > maxBatchBytes) {
 		s.full = append(s.full, b)
 		b = nil
 	}
@@ -172,7 +172,7 @@ func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error)
 	}
 	for i, m := range ms {
 		pm, size := message(m)
-		if i > from && (i-from == maxBatchCount || bytes+size > maxBatchBytes) {
+		if i > from && (i-from == limits.RequestMessages || bytes+size > maxBatchBytes) {
 			flush(i)
 		}
 		msgs[i] = pm
@@ -195,7 +195,7 @@ func (s *Sink) takeLocked(all bool) *batch {
 	switch {
 	case len(s.full) > 0:
 		b, s.full = s.full[0], s.full[1:]
-	case s.open != nil && (all || len(s.open.msgs) >= s.busy*maxBatchCount/maxRPCs):
+	case s.open != nil && (all || len(s.open.msgs) >= s.busy*limits.RequestMessages/maxRPCs):
 		b, s.open = s.open, nil
 	default:
 		return nil

@@ -26,13 +26,13 @@ import (
 func BenchmarkClaimCommit(b *testing.B) {
 	disk := func(b *testing.B, opt Options) {
 		s := open(b, filepath.Join(b.TempDir(), "s.db"), opt)
-		storetest.ClaimCommit(b, s)
+		storetest.ClaimCommit(b, s, testenv.CPUPerOp)
 		if txs := s.w.txs.Load(); txs > 0 {
 			b.ReportMetric(float64(s.w.keys.Load())/float64(txs), "keys/tx")
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(txs), "µs/tx")
 		}
 	}
-	b.Run("mem", func(b *testing.B) { storetest.ClaimCommit(b, mem.New()) })
+	b.Run("mem", func(b *testing.B) { storetest.ClaimCommit(b, mem.New(), testenv.CPUPerOp) })
 	b.Run("disk", func(b *testing.B) { disk(b, Options{}) })
 	b.Run("disk-nosync", func(b *testing.B) { disk(b, Options{NoSync: true}) })
 }
@@ -148,5 +148,5 @@ func fill(b *testing.B, s *Store, n int, exp time.Time) {
 func BenchmarkBatch(b *testing.B) {
 	storetest.Bench(b, func(b *testing.B) dedup.Store {
 		return open(b, filepath.Join(b.TempDir(), "db"), Options{})
-	})
+	}, testenv.CPUPerOp)
 }

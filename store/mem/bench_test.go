@@ -10,6 +10,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/dedup/storetest"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -111,5 +112,5 @@ func benchMap(b *testing.B, live int) {
 //
 //	go test -run '^$' -bench Batch -benchtime 3s ./store/mem
 func BenchmarkBatch(b *testing.B) {
-	storetest.Bench(b, func(*testing.B) dedup.Store { return mem.New() })
+	storetest.Bench(b, func(*testing.B) dedup.Store { return mem.New() }, testenv.CPUPerOp)
 }

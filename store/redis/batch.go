@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/redisconn"
 )
 
 // Claim script, for the claims that must overwrite a record (see the
@@ -305,7 +306,7 @@ func (b *batcher) classify(err error) error {
 		b.rdb.(*goredis.ClusterClient).ReloadState(b.ctx)
 		return fmt.Errorf("%w: %w", dedup.ErrUnavailable, err)
 	}
-	return classify(err)
+	return redisconn.Classify(err)
 }
 
 // judge decides a claim from the record SET NX GET found. It reports
@@ -397,7 +398,7 @@ func replyErr(cmd *goredis.Cmd, perr error) error {
 func (o *op) scripted(cmd *goredis.Cmd, classify func(error) error) {
 	n, err := cmd.Int()
 	if err != nil {
-		o.finish(classify(err))
+		o.finish(redisconn.Classify(err))
 		return
 	}
 	if o.kind == opClaim {

@@ -124,7 +124,7 @@ func BenchmarkClaim(b *testing.B) {
 //
 //	go test -run '^$' -bench ClaimCommit -benchtime 3s ./store/redis
 func BenchmarkClaimCommit(b *testing.B) {
-	storetest.ClaimCommit(b, open(b, testenv.RedisURL(b), Options{Prefix: "bench:"}))
+	storetest.ClaimCommit(b, open(b, testenv.RedisURL(b), Options{Prefix: "bench:"}), testenv.CPUPerOp)
 }
 
 // BenchmarkCommitWait: a claim of a new key and its commit, 1000 callers,
@@ -135,7 +135,9 @@ func BenchmarkClaimCommit(b *testing.B) {
 func BenchmarkCommitWait(b *testing.B) {
 	url, _, _ := startReplicated(b)
 	for _, q := range []string{"wait=0", "wait=1"} {
-		b.Run(q, func(b *testing.B) { storetest.ClaimCommit(b, open(b, url+"?"+q, Options{Prefix: "bench:"})) })
+		b.Run(q, func(b *testing.B) {
+			storetest.ClaimCommit(b, open(b, url+"?"+q, Options{Prefix: "bench:"}), testenv.CPUPerOp)
+		})
 	}
 }
 
@@ -180,5 +182,5 @@ func BenchmarkSlidingCopy(b *testing.B) {
 //	go test -run '^$' -bench Batch -benchtime 3s ./store/redis
 func BenchmarkBatch(b *testing.B) {
 	url := testenv.RedisURL(b)
-	storetest.Bench(b, func(b *testing.B) dedup.Store { return open(b, url, Options{Prefix: "bench:"}) })
+	storetest.Bench(b, func(b *testing.B) dedup.Store { return open(b, url, Options{Prefix: "bench:"}) }, testenv.CPUPerOp)
 }

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/redisconn"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
@@ -105,10 +106,10 @@ func TestClientLogsThroughSlog(t *testing.T) {
 func TestClassifyOnce(t *testing.T) {
 	for _, err := range []error{
 		fmt.Errorf("%w: %w (1 of 2)", dedup.ErrUnavailable, errFewReplicas),
-		classify(errors.New("connection refused")),
+		redisconn.Classify(errors.New("connection refused")),
 		fmt.Errorf("%w: WRONGPASS", dedup.ErrFatal),
 	} {
-		if got := classify(err); got.Error() != err.Error() {
+		if got := redisconn.Classify(err); got.Error() != err.Error() {
 			t.Errorf("classify(%q) = %q, want it as it was", err, got)
 		}
 	}

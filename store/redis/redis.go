@@ -55,9 +55,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,7 +63,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/dedupflow/dedupflow/dedup"
-	"github.com/dedupflow/dedupflow/internal/redact"
+	"github.com/dedupflow/dedupflow/internal/redisconn"
 )
 
 // MaxHorizon is the longest horizon this store accepts; Redis itself has
@@ -131,96 +129,19 @@ var _ dedup.BatchStore = (*Store)(nil)
 func Open(ctx context.Context, rawURL string, opt Options) (*Store, error) {
 	opt.Logger = logger(opt.Logger)
 	installLog(opt.Logger)
-	rdb, uo, err := dial(ctx, rawURL)
+	rdb, uo, err := redisconn.Dial(ctx, rawURL)
 	if err != nil {
 		return nil, err
 	}
-	if uo.prefix != "" {
-		opt.Prefix = uo.prefix
+	if uo.Prefix != "" {
+		opt.Prefix = uo.Prefix
 	}
-	if uo.wait > 0 {
-		opt.Wait = uo.wait
+	if uo.Wait > 0 {
+		opt.Wait = uo.Wait
 	}
 	s := New(rdb, opt)
 	s.own = true
 	return s, nil
-}
-
-// Dial connects to the Redis named by rawURL, as Open reads it, and pings
-// it. prefix is the URL's prefix= ("" when absent). The audit's Redis
-// target dials through it too, so both read --state alike.
-func Dial(ctx context.Context, rawURL string) (rdb goredis.UniversalClient, prefix string, err error) {
-	rdb, uo, err := dial(ctx, rawURL)
-	return rdb, uo.prefix, err
-}
-
-// urlOptions are the query options of ours, which go-redis does not know.
-type urlOptions struct {
-	cluster bool
-	prefix  string
-	wait    int
-}
-
-func dial(ctx context.Context, rawURL string) (rdb goredis.UniversalClient, uo urlOptions, err error) {
-	// net/url's and go-redis's parse errors quote the URL whole.
-	defer func() { err = redact.Error(err) }()
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return nil, uo, fmt.Errorf("parse redis url: %w", err)
-	}
-	q := u.Query()
-	if v := q.Get("cluster"); v != "" {
-		switch v {
-		case "true", "1":
-			uo.cluster = true
-		case "false", "0":
-		default:
-			return nil, uo, fmt.Errorf("redis url: cluster=%q: want true or false", v)
-		}
-	}
-	if q.Has("prefix") {
-		uo.prefix = q.Get("prefix")
-		if uo.prefix == "" {
-			return nil, uo, errors.New("redis url: empty prefix=")
-		}
-	}
-	if q.Has("wait") {
-		n, err := strconv.Atoi(q.Get("wait"))
-		if err != nil || n < 0 {
-			return nil, uo, fmt.Errorf("redis url: wait=%q: want a number of replicas, 0 or more", q.Get("wait"))
-		}
-		uo.wait = n
-	}
-	q.Del("cluster")
-	q.Del("prefix")
-	q.Del("wait")
-	u.RawQuery = q.Encode()
-	if uo.cluster {
-		co, err := goredis.ParseClusterURL(u.String())
-		if err != nil {
-			return nil, uo, fmt.Errorf("parse redis cluster url %s: %w", u.Redacted(), err)
-		}
-		co.ContextTimeoutEnabled = true
-		rdb = goredis.NewClusterClient(co)
-	} else {
-		if q.Has("addr") {
-			return nil, uo, fmt.Errorf("redis url %s: addr= needs cluster=true", u.Redacted())
-		}
-		o, err := goredis.ParseURL(u.String())
-		if err != nil {
-			return nil, uo, fmt.Errorf("parse redis url %s: %w", u.Redacted(), err)
-		}
-		// Socket deadlines follow each batch's context: without this a
-		// retry starts a fresh read timeout after the deadline has passed,
-		// and a frozen Redis goes unnoticed for two or three of them.
-		o.ContextTimeoutEnabled = true
-		rdb = goredis.NewClient(o)
-	}
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		rdb.Close()
-		return nil, uo, fmt.Errorf("connect to redis %s: %w", u.Redacted(), classify(err))
-	}
-	return rdb, uo, nil
 }
 
 // New returns a store over a client the caller made (and closes after the
@@ -389,42 +310,3 @@ func (s *Store) Close() error {
 	})
 	return err
 }
-
-// classify tells the two kinds of failure apart. Errors worth retrying
-// later wrap dedup.ErrUnavailable: anything that is not a reply from the
-// server (refused, reset, timeout, closed pool) and the replies of a
-// server that is starting, failing over, full or out of memory. Replies
-// that retrying cannot fix wrap dedup.ErrFatal: refused credentials or
-// permissions, a database that does not exist, a plain client talking to
-// a cluster (MOVED; on a cluster client see batcher.classify) or the reverse, a server too old for the commands. Other
-// replies are returned as they are.
-func classify(err error) error {
-	if err == nil || errors.Is(err, dedup.ErrUnavailable) || errors.Is(err, dedup.ErrFatal) {
-		// Told apart already: a WAIT's answer is shared by every op of
-		// its pipeline, and some classify it again.
-		return err
-	}
-	var re goredis.Error
-	if errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded) {
-		msg := re.Error()
-		for _, p := range transientReplies {
-			if strings.HasPrefix(msg, p) {
-				return fmt.Errorf("%w: %w", dedup.ErrUnavailable, err)
-			}
-		}
-		for _, p := range fatalReplies {
-			if strings.HasPrefix(msg, p) {
-				return fmt.Errorf("%w: %w", dedup.ErrFatal, err)
-			}
-		}
-		return err
-	}
-	return fmt.Errorf("%w: %w", dedup.ErrUnavailable, err)
-}
-
-var (
-	transientReplies = []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS", "OOM",
-		"MISCONF", "ERR max number of clients reached"}
-	fatalReplies = []string{"WRONGPASS", "NOAUTH", "NOPERM", "ERR DB index is out of range", "ERR invalid DB index",
-		"ERR This instance has cluster support disabled", "MOVED", "ASK", "ERR unknown command", "ERR syntax error"}
-)

@@ -15,6 +15,15 @@
 //   - a thrown error, a wrong return value or a limit passed fails the
 //     message for this transform; the caller decides where it goes.
 //
+// Each message is transformed in a runtime of its own, in which the code's
+// top level has just run: what a call leaves in the global scope (var
+// seen = []; seen.push(...)), in a closure or on a built-in prototype is gone
+// before the next message. The documentation describes a UDF as taking one
+// message and promises nothing kept between messages, and the service runs
+// a transform on many machines at once, so a UDF cannot count on state it
+// keeps; here such a UDF gets the same answer for a message whichever
+// message came before, and holds no memory after its call.
+//
 // Limits, the figures of Google's UDF limits as we read them (20 KB of
 // code, 500 ms a message; the stored documentation we could search did not
 // show that section, so check them against the current page): the code is
@@ -40,9 +49,6 @@ const (
 	MaxRunTime = 500 * time.Millisecond
 	// MaxResultBytes bounds a returned message: data plus attributes.
 	MaxResultBytes = 10 << 20
-	// poolSize bounds the runtimes kept between calls: enough for the
-	// concurrent publishes and deliveries of a busy broker.
-	poolSize = 64
 	// checkTime bounds running the code's top level when it is compiled.
 	checkTime = time.Second
 )
@@ -63,14 +69,11 @@ type Metadata struct {
 // ErrTimeout is the failure of a call that ran longer than MaxRunTime.
 var ErrTimeout = errors.New("the function ran longer than " + MaxRunTime.String())
 
-// Func is a compiled UDF, safe for concurrent use: each call takes a
-// runtime from a pool, since a goja runtime serves one goroutine at a time.
-// The pool is a channel rather than a sync.Pool, which every GC empties:
-// a new runtime costs far more than a call.
+// Func is a compiled UDF, safe for concurrent use: each call builds its
+// own runtime from the compiled program.
 type Func struct {
 	name string
 	prog *goja.Program
-	pool chan *runtime
 }
 
 type runtime struct {
@@ -94,21 +97,11 @@ func Compile(name, code string) (*Func, error) {
 	if err != nil {
 		return nil, fmt.Errorf("code does not parse: %w", err)
 	}
-	f := &Func{name: name, prog: prog, pool: make(chan *runtime, poolSize)}
-	rt, err := f.newRuntime(checkTime)
-	if err != nil {
+	f := &Func{name: name, prog: prog}
+	if _, err := f.newRuntime(checkTime); err != nil {
 		return nil, err
 	}
-	f.put(rt)
 	return f, nil
-}
-
-// put returns rt to the pool, or drops it when the pool is full.
-func (f *Func) put(rt *runtime) {
-	select {
-	case f.pool <- rt:
-	default:
-	}
 }
 
 // Name is the function's name.
@@ -130,48 +123,44 @@ func (f *Func) newRuntime(limit time.Duration) (*runtime, error) {
 	return &runtime{vm: vm, fn: fn}, nil
 }
 
-// Apply runs the function on m. keep is false when the function returned
-// null (or undefined): the message is filtered out.
+// Apply runs the function on m in a fresh runtime. keep is false when the
+// function returned null (or undefined): the message is filtered out.
 func (f *Func) Apply(m Message, md Metadata) (out Message, keep bool, err error) {
-	var rt *runtime
-	select {
-	case rt = <-f.pool:
-	default:
-	}
-	if rt == nil {
-		if rt, err = f.newRuntime(MaxRunTime); err != nil {
-			return Message{}, false, err
-		}
+	rt, err := f.newRuntime(MaxRunTime)
+	if err != nil {
+		return Message{}, false, err
 	}
 	vm := rt.vm
+	// The runtime is dropped after the call, so an interrupt that fires
+	// after the call returned is harmless.
 	stop := time.AfterFunc(MaxRunTime, func() { vm.Interrupt(ErrTimeout) })
+	defer stop.Stop()
 	v, err := rt.fn(goja.Undefined(), vm.ToValue(messageArg(vm, m)), vm.ToValue(metadataArg(md)))
-	if !stop.Stop() {
-		// The interrupt may have fired after the call returned; this
-		// runtime is dropped rather than reused with it pending.
-		return resultOrTimeout(v, err)
-	}
 	if err != nil {
 		var ie *goja.InterruptedError
 		if errors.As(err, &ie) {
 			return Message{}, false, ErrTimeout
 		}
-		f.put(rt)
 		return Message{}, false, thrown(err)
 	}
-	out, keep, err = result(v)
-	f.put(rt)
-	return out, keep, err
+	return settled(v)
 }
 
-func resultOrTimeout(v goja.Value, err error) (Message, bool, error) {
-	if err != nil {
-		var ie *goja.InterruptedError
-		if errors.As(err, &ie) {
-			return Message{}, false, ErrTimeout
+// settled reads the returned value, whose getters run code of the UDF that
+// goja runs by panicking with its errors; they fail the message like the
+// call's own, the run time limit included.
+func settled(v goja.Value) (out Message, keep bool, err error) {
+	defer func() {
+		switch x := recover().(type) {
+		case nil:
+		case *goja.InterruptedError:
+			out, keep, err = Message{}, false, ErrTimeout
+		case *goja.Exception:
+			out, keep, err = Message{}, false, thrown(x)
+		default:
+			panic(x)
 		}
-		return Message{}, false, thrown(err)
-	}
+	}()
 	return result(v)
 }
 

@@ -2,6 +2,7 @@ package udf
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,7 @@ func TestApplyFailures(t *testing.T) {
 		"not a string":                    `function f(m) { return {data: 5}; }`,
 		"attribute \"n\" is not a string": `function f(m) { return {data: "x", attributes: {n: 1}}; }`,
 		"not an object or null":           `function f(m) { return "x"; }`,
+		"threw: Error: in a getter":       `function f(m) { return {get data() { throw new Error("in a getter"); }}; }`,
 	} {
 		f, err := Compile("f", code)
 		if err != nil {
@@ -87,6 +89,14 @@ func TestApplyStopsALongRun(t *testing.T) {
 	}
 	if _, _, err := f.Apply(Message{Data: []byte("x")}, Metadata{}); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("err = %v, want ErrTimeout", err)
+	}
+	// A getter on the returned object is the function's code too.
+	g, err := Compile("g", `function g(m) { return {get data() { while (true) {} }}; }`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := g.Apply(Message{Data: []byte("x")}, Metadata{}); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("getter: err = %v, want ErrTimeout", err)
 	}
 	// A fresh runtime serves the next call.
 	ok, _ := Compile("ok", `function ok(m) { return m; }`)
@@ -133,6 +143,49 @@ func TestApplyConcurrent(t *testing.T) {
 	}
 	for i := 0; i < 8; i++ {
 		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// keeper keeps state three ways: a global array, a closure and a built-in
+// prototype. Each returns how many messages it has seen.
+const keeper = `var seen = [];
+var count = (function () { var n = 0; return function () { return ++n; }; })();
+Array.prototype.total = (Array.prototype.total || 0) + 1;
+function keep(m) {
+  seen.push(m.data);
+  return {data: m.data, attributes: {
+    global: String(seen.length), closure: String(count()), prototype: String([].total)}};
+}`
+
+func TestApplyIsolatesMessages(t *testing.T) {
+	f, err := Compile("keep", keeper)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers, calls = 4, 200
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			for i := range calls {
+				out, _, err := f.Apply(Message{Data: []byte("m")}, Metadata{})
+				if err != nil {
+					errs <- err
+					return
+				}
+				for k, v := range out.Attributes {
+					if v != "1" {
+						errs <- fmt.Errorf("call %d: %s state = %s after earlier messages, want 1", i, k, v)
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range callers {
+		if err := <-errs; err != nil {
 			t.Error(err)
 		}
 	}

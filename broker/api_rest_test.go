@@ -15,6 +15,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/broker/internal/transcode"
 	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
@@ -181,36 +182,6 @@ func TestRESTAndGRPCShareState(t *testing.T) {
 	}
 }
 
-// TestRESTRoutesFromDescriptors checks that every RPC the services
-// annotate with a REST binding is routed, and the streaming one is not.
-func TestRESTRoutesFromDescriptors(t *testing.T) {
-	b, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	routes, err := restRoutes(b.services())
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for _, r := range routes {
-		got[string(r.rpc.Name())] = r.verb
-	}
-	for rpc, verb := range map[string]string{
-		"CreateTopic": "PUT", "Publish": "POST", "UpdateTopic": "PATCH", "DeleteTopic": "DELETE",
-		"Pull": "POST", "Acknowledge": "POST", "ModifyAckDeadline": "POST", "ModifyPushConfig": "POST",
-		"Seek": "POST", "CreateSnapshot": "PUT", "ListSnapshots": "GET", "DetachSubscription": "POST",
-	} {
-		if got[rpc] != verb {
-			t.Errorf("%s: routed as %q, want %s", rpc, got[rpc], verb)
-		}
-	}
-	if _, ok := got["StreamingPull"]; ok {
-		t.Error("StreamingPull has no REST binding but was routed")
-	}
-}
-
 // TestRESTGzipBody takes request bodies the way Google's Java API clients
 // (Beam's PubsubIO) send them, gzipped, and refuses a body that unpacks past
 // the bound or an encoding it cannot read with the service's error.
@@ -234,7 +205,7 @@ func TestRESTGzipBody(t *testing.T) {
 	if code, v := rest(t, "GET", base+"/topics/"+topic, ``); code != 200 || v["labels"].(map[string]any)["from"] != "java" {
 		t.Fatalf("the topic a gzipped body created: %d %v, want label from=java", code, v)
 	}
-	big := gz([]byte(`{"messages":[{"data":"` + strings.Repeat("A", restBodyBytes) + `"}]}`))
+	big := gz([]byte(`{"messages":[{"data":"` + strings.Repeat("A", transcode.BodyBytes) + `"}]}`))
 	for _, tc := range []struct {
 		name, body, encoding, msg string
 	}{

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/broker/internal/filter"
 	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -69,7 +70,7 @@ func (b *Broker) putSubLocked(id uint64, t *topic, firstSeq uint64, sp *pb.Subsc
 	}
 	if s.proto.GetFilter() != sp.Filter {
 		// checkSubscriptionConfig already parsed it, so this cannot fail.
-		s.filter, _ = parseFilter(sp.Filter)
+		s.filter, _ = filter.Parse(sp.Filter)
 	}
 	s.proto, s.topic = sp, t
 	s.transforms = s.transforms.updated(sp.MessageTransforms)

@@ -1,4 +1,7 @@
-package broker
+// Package schemacheck parses Pub/Sub schema revisions, Avro and protocol
+// buffers, as the service accepts them, and checks a message's data in
+// either encoding, binary or JSON, against a parsed revision.
+package schemacheck
 
 import (
 	"context"
@@ -20,13 +23,13 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 )
 
-// validator checks one message's data in the given encoding against a
+// Validator checks one message's data in the given encoding against a
 // parsed schema revision. Revisions are parsed once, when committed, and
 // validators are safe for concurrent use.
-type validator func(data []byte, enc pb.Encoding) error
+type Validator func(data []byte, enc pb.Encoding) error
 
-// parseSchema parses a schema definition of type typ.
-func parseSchema(typ pb.Schema_Type, def string) (validator, error) {
+// Parse parses a schema definition of type typ.
+func Parse(typ pb.Schema_Type, def string) (Validator, error) {
 	switch typ {
 	case pb.Schema_AVRO:
 		// A cache of its own: hamba's default cache is global, and would let
@@ -37,7 +40,7 @@ func parseSchema(typ pb.Schema_Type, def string) (validator, error) {
 		}
 		return avroValidator(s), nil
 	case pb.Schema_PROTOCOL_BUFFER:
-		md, err := parseProto(def)
+		md, err := ParseProto(def)
 		if err != nil {
 			return nil, fmt.Errorf("invalid protocol buffer schema definition: %w", err)
 		}
@@ -46,9 +49,9 @@ func parseSchema(typ pb.Schema_Type, def string) (validator, error) {
 	return nil, fmt.Errorf("schema type must be AVRO or PROTOCOL_BUFFER, not %v", typ)
 }
 
-// parseProto compiles a .proto definition that, as the service requires,
+// ParseProto compiles a .proto definition that, as the service requires,
 // defines exactly one top-level message and imports nothing.
-func parseProto(def string) (protoreflect.MessageDescriptor, error) {
+func ParseProto(def string) (protoreflect.MessageDescriptor, error) {
 	const file = "schema.proto"
 	c := protocompile.Compiler{
 		Resolver: &protocompile.SourceResolver{Accessor: protocompile.SourceAccessorFromMap(map[string]string{file: def})},
@@ -67,7 +70,7 @@ func parseProto(def string) (protoreflect.MessageDescriptor, error) {
 	return fd.Messages().Get(0), nil
 }
 
-func protoValidator(md protoreflect.MessageDescriptor) validator {
+func protoValidator(md protoreflect.MessageDescriptor) Validator {
 	return func(data []byte, enc pb.Encoding) error {
 		m := dynamicpb.NewMessage(md)
 		var err error
@@ -83,7 +86,7 @@ func protoValidator(md protoreflect.MessageDescriptor) validator {
 	}
 }
 
-func avroValidator(s avro.Schema) validator {
+func avroValidator(s avro.Schema) Validator {
 	return func(data []byte, enc pb.Encoding) error {
 		if enc == pb.Encoding_BINARY {
 			r := avro.NewReader(nil, 0).Reset(data)

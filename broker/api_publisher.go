@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/broker/internal/wire"
 	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -236,7 +237,7 @@ func (p *publisherServer) Publish(ctx context.Context, req *pb.PublishRequest) (
 	bodies := make([][]byte, len(msgs))
 	for i, m := range msgs {
 		if m != nil {
-			bodies[i] = encodeBody(m.Data, m.Attributes)
+			bodies[i] = wire.Body(m.Data, m.Attributes)
 		}
 	}
 	b := p.b

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/broker/internal/filter"
 	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -129,7 +130,7 @@ func checkSubscriptionConfig(s *pb.Subscription) error {
 			return status.Errorf(codes.InvalidArgument, "retry_policy: backoffs must satisfy 0 <= minimum (%v) <= maximum (%v) <= %v", lo, hi, defaultMaxBackoff)
 		}
 	}
-	if _, err := parseFilter(s.Filter); err != nil {
+	if _, err := filter.Parse(s.Filter); err != nil {
 		return status.Errorf(codes.InvalidArgument, "invalid filter %q: %v", s.Filter, err)
 	}
 	if s.BigqueryConfig != nil || s.CloudStorageConfig != nil || s.BigtableConfig != nil {

@@ -1,4 +1,8 @@
-package broker
+// Package filter is the subscription filter language of Pub/Sub: Parse
+// reads a filter once, when its subscription is created or replayed, and
+// Match judges a message by the body package wire encodes, allocating
+// nothing.
+package filter
 
 import (
 	"fmt"
@@ -6,11 +10,11 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/dedupflow/dedupflow/broker/internal/wire"
 	"github.com/dedupflow/dedupflow/limits"
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// filter is a parsed subscription filter, in the service's language:
+// Filter is a parsed subscription filter, in the service's language:
 //
 //	attributes:KEY                  the key exists
 //	attributes.KEY = "v"            the key exists with value v
@@ -24,10 +28,10 @@ import (
 // not be mixed without parentheses, as in the service, and the operators are
 // upper case. A subscription parses its filter once, when it is created;
 // matching walks the message's encoded attributes and allocates nothing.
-type filter struct {
+type Filter struct {
 	op       filterOp
 	key, val string
-	kids     []*filter // operands of and/or; the one operand of not
+	kids     []*Filter // operands of and/or; the one operand of not
 }
 
 type filterOp uint8
@@ -42,37 +46,37 @@ const (
 	opOr
 )
 
-// match reports whether the message whose encoded data and attributes are
-// body (see encodeBody) passes f. A nil filter passes everything.
-func (f *filter) match(body []byte) bool {
+// Match reports whether the message whose encoded data and attributes are
+// body (see wire.Body) passes f. A nil filter passes everything.
+func (f *Filter) Match(body []byte) bool {
 	if f == nil {
 		return true
 	}
 	switch f.op {
 	case opHas:
-		_, ok := lookupAttr(body, f.key)
+		_, ok := wire.Attr(body, f.key)
 		return ok
 	case opEq:
-		v, ok := lookupAttr(body, f.key)
+		v, ok := wire.Attr(body, f.key)
 		return ok && string(v) == f.val
 	case opNe:
-		v, ok := lookupAttr(body, f.key)
+		v, ok := wire.Attr(body, f.key)
 		return !ok || string(v) != f.val
 	case opPrefix:
-		v, ok := lookupAttr(body, f.key)
+		v, ok := wire.Attr(body, f.key)
 		return ok && strings.HasPrefix(string(v), f.val)
 	case opNot:
-		return !f.kids[0].match(body)
+		return !f.kids[0].Match(body)
 	case opAnd:
 		for _, k := range f.kids {
-			if !k.match(body) {
+			if !k.Match(body) {
 				return false
 			}
 		}
 		return true
 	case opOr:
 		for _, k := range f.kids {
-			if k.match(body) {
+			if k.Match(body) {
 				return true
 			}
 		}
@@ -80,32 +84,9 @@ func (f *filter) match(body []byte) bool {
 	return false
 }
 
-// lookupAttr finds attribute key in an encoded body. It is written out
-// rather than built on walkBody so that matching needs no closure.
-func lookupAttr(body []byte, key string) ([]byte, bool) {
-	for len(body) > 0 {
-		num, typ, n := protowire.ConsumeTag(body)
-		if n < 0 || typ != protowire.BytesType {
-			return nil, false
-		}
-		body = body[n:]
-		v, n := protowire.ConsumeBytes(body)
-		if n < 0 {
-			return nil, false
-		}
-		body = body[n:]
-		if num == fMessageAttrs {
-			if k, val := mapEntry(v); string(k) == key {
-				return val, true
-			}
-		}
-	}
-	return nil, false
-}
-
-// parseFilter parses src; an empty src is no filter (nil). Errors name
+// Parse parses src; an empty src is no filter (nil). Errors name
 // the byte offset where parsing failed.
-func parseFilter(src string) (*filter, error) {
+func Parse(src string) (*Filter, error) {
 	if len(src) > limits.FilterBytes {
 		return nil, fmt.Errorf("the filter is %d bytes, the limit is %d", len(src), limits.FilterBytes)
 	}
@@ -185,12 +166,12 @@ func (p *filterParser) punct(c byte) bool {
 
 // expr parses terms joined by one kind of operator: a AND b AND c, or
 // a OR b OR c; a different operator at the same level is an error.
-func (p *filterParser) expr() (*filter, error) {
+func (p *filterParser) expr() (*Filter, error) {
 	first, err := p.unary()
 	if err != nil {
 		return nil, err
 	}
-	var join *filter
+	var join *Filter
 	for {
 		p.skipSpace()
 		at := p.pos
@@ -210,7 +191,7 @@ func (p *filterParser) expr() (*filter, error) {
 			return join, nil
 		}
 		if join == nil {
-			join = &filter{op: op, kids: []*filter{first}}
+			join = &Filter{op: op, kids: []*Filter{first}}
 		} else if join.op != op {
 			p.pos = at
 			return nil, p.errorf("AND and OR cannot be mixed without parentheses")
@@ -223,19 +204,19 @@ func (p *filterParser) expr() (*filter, error) {
 	}
 }
 
-func (p *filterParser) unary() (*filter, error) {
+func (p *filterParser) unary() (*Filter, error) {
 	p.skipSpace()
 	if p.keyword("NOT") || p.punct('-') {
 		f, err := p.unary()
 		if err != nil {
 			return nil, err
 		}
-		return &filter{op: opNot, kids: []*filter{f}}, nil
+		return &Filter{op: opNot, kids: []*Filter{f}}, nil
 	}
 	return p.primary()
 }
 
-func (p *filterParser) primary() (*filter, error) {
+func (p *filterParser) primary() (*Filter, error) {
 	p.skipSpace()
 	switch {
 	case p.punct('('):
@@ -268,7 +249,7 @@ func (p *filterParser) primary() (*filter, error) {
 		if !p.punct(')') {
 			return nil, p.errorf("expected ')' to close hasPrefix, found %s", p.found())
 		}
-		return &filter{op: opPrefix, key: key, val: val}, nil
+		return &Filter{op: opPrefix, key: key, val: val}, nil
 	case p.keyword("attributes"):
 		switch {
 		case p.punct(':'):
@@ -276,7 +257,7 @@ func (p *filterParser) primary() (*filter, error) {
 			if err != nil {
 				return nil, err
 			}
-			return &filter{op: opHas, key: key}, nil
+			return &Filter{op: opHas, key: key}, nil
 		case p.punct('.'):
 			key, err := p.key()
 			if err != nil {
@@ -296,7 +277,7 @@ func (p *filterParser) primary() (*filter, error) {
 			if err != nil {
 				return nil, err
 			}
-			return &filter{op: op, key: key, val: val}, nil
+			return &Filter{op: op, key: key, val: val}, nil
 		}
 		return nil, p.errorf("expected ':' or '.' after attributes, found %s", p.found())
 	}

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/dedupflow/dedupflow/broker/internal/schemacheck"
 )
 
 const orderAvro = `{"type":"record","name":"Order","namespace":"shop","fields":[
@@ -220,7 +222,7 @@ func TestProtobufSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, err := parseProto(productProto)
+	md, err := schemacheck.ParseProto(productProto)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/broker/internal/transcode"
 	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
@@ -48,14 +49,14 @@ func (b *Broker) serveTransformCall(w http.ResponseWriter, r *http.Request, segs
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeStatus(w, grpcstatus.New(codes.NotFound, fmt.Sprintf("%s %s is not a method of the Pub/Sub v1 REST API (this path takes POST)", r.Method, r.URL.Path)))
+		transcode.WriteStatus(w, grpcstatus.New(codes.NotFound, fmt.Sprintf("%s %s is not a method of the Pub/Sub v1 REST API (this path takes POST)", r.Method, r.URL.Path)))
 		return true
 	}
 	if err := limits.Project(project); err != nil {
-		writeStatus(w, grpcstatus.New(codes.InvalidArgument, fmt.Sprintf("invalid project %q in the path: %v", project, err)))
+		transcode.WriteStatus(w, grpcstatus.New(codes.InvalidArgument, fmt.Sprintf("invalid project %q in the path: %v", project, err)))
 		return true
 	}
-	body, err := readBody(w, r)
+	body, err := transcode.ReadBody(w, r)
 	if err == nil {
 		var resp any
 		if resp, err = call(b, body); err == nil {
@@ -69,7 +70,7 @@ func (b *Broker) serveTransformCall(w http.ResponseWriter, r *http.Request, segs
 			}
 		}
 	}
-	writeStatus(w, grpcstatus.Convert(err))
+	transcode.WriteStatus(w, grpcstatus.Convert(err))
 	return true
 }
 

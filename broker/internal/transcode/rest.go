@@ -1,4 +1,12 @@
-package broker
+// Package transcode transcodes Pub/Sub's v1 REST API, its JSON surface, to the
+// gRPC services that implement it. Its routes are read from the
+// google.api.http annotations of the services' descriptors, so every RPC
+// with a REST binding is served by the very implementation the gRPC server
+// calls. Requests are decoded and answers and errors written as the
+// service does: the body, the query's binds and the path fill the request,
+// in that order; the system parameters (params.go) shape the answer; an
+// error is {"error":{"code":404,"message":"...","status":"NOT_FOUND"}}.
+package transcode
 
 import (
 	"compress/gzip"
@@ -13,7 +21,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dedupflow/dedupflow/internal/localguard"
 	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/genproto/googleapis/api/annotations"
 	rpccode "google.golang.org/genproto/googleapis/rpc/code"
@@ -26,25 +33,20 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
-// The REST API is Pub/Sub's v1 JSON surface. Its routes are read from the
-// google.api.http annotations of the services the broker registers, so
-// every RPC with a REST binding (snapshots and schemas included) is served
-// by the very implementation the gRPC server calls.
-
-// restBodyBytes bounds a request body: a publish of RequestBytes, grown by
+// BodyBytes bounds a request body: a publish of RequestBytes, grown by
 // base64 and JSON.
-const restBodyBytes = limits.RequestBytes*4/3 + 1<<20
+const BodyBytes = limits.RequestBytes*4/3 + 1<<20
 
-// service is a gRPC service and its implementation, with REST bindings
+// Service is a gRPC service and its implementation, with REST bindings
 // beyond those its descriptor declares, by method name.
-type service struct {
-	desc *grpc.ServiceDesc
-	impl any
-	more map[string][]*annotations.HttpRule
+type Service struct {
+	Desc *grpc.ServiceDesc
+	Impl any
+	More map[string][]*annotations.HttpRule
 }
 
-// restRoute is one binding of an RPC to an HTTP method and path template.
-type restRoute struct {
+// route is one binding of an RPC to an HTTP method and path template.
+type route struct {
 	verb   string   // HTTP method
 	segs   []string // literal, "*" (one segment) or "**" (the rest)
 	vars   []pathVar
@@ -60,40 +62,40 @@ type pathVar struct {
 	from, to int
 }
 
-// restRoutes reads the routes of services from their descriptors. Routes
+// routes reads the routes of services from their descriptors. Routes
 // with a custom verb come first: "/schemas/s:listRevisions" must not be
 // taken as GetSchema of a schema named "s:listRevisions".
-func restRoutes(services []service) ([]*restRoute, error) {
-	var routes []*restRoute
+func routes(services []Service) ([]*route, error) {
+	var rs []*route
 	for _, svc := range services {
-		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc.desc.ServiceName))
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc.Desc.ServiceName))
 		if err != nil {
-			return nil, fmt.Errorf("broker: descriptor of %s: %w", svc.desc.ServiceName, err)
+			return nil, fmt.Errorf("descriptor of %s: %w", svc.Desc.ServiceName, err)
 		}
 		sd := d.(protoreflect.ServiceDescriptor)
-		for _, m := range svc.desc.Methods {
+		for _, m := range svc.Desc.Methods {
 			md := sd.Methods().ByName(protoreflect.Name(m.MethodName))
 			if md == nil {
-				return nil, fmt.Errorf("broker: %s has no method %s", sd.FullName(), m.MethodName)
+				return nil, fmt.Errorf("%s has no method %s", sd.FullName(), m.MethodName)
 			}
 			rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
 			if rule == nil {
 				continue // streaming RPCs have no REST binding
 			}
-			impl, h := svc.impl, m.Handler
+			impl, h := svc.Impl, m.Handler
 			call := func(ctx context.Context, dec func(any) error) (any, error) { return h(impl, ctx, dec, nil) }
 			rules := append([]*annotations.HttpRule{rule}, rule.AdditionalBindings...)
-			for _, r := range append(rules, svc.more[m.MethodName]...) {
+			for _, r := range append(rules, svc.More[m.MethodName]...) {
 				rt, err := newRoute(r)
 				if err != nil {
-					return nil, fmt.Errorf("broker: REST binding of %s: %w", md.FullName(), err)
+					return nil, fmt.Errorf("REST binding of %s: %w", md.FullName(), err)
 				}
 				rt.rpc, rt.call = md.FullName(), call
-				routes = append(routes, rt)
+				rs = append(rs, rt)
 			}
 		}
 	}
-	slices.SortStableFunc(routes, func(a, b *restRoute) int {
+	slices.SortStableFunc(rs, func(a, b *route) int {
 		if (a.custom != "") == (b.custom != "") {
 			return 0
 		}
@@ -102,11 +104,11 @@ func restRoutes(services []service) ([]*restRoute, error) {
 		}
 		return 1
 	})
-	return routes, nil
+	return rs, nil
 }
 
-func newRoute(r *annotations.HttpRule) (*restRoute, error) {
-	rt := &restRoute{body: r.Body}
+func newRoute(r *annotations.HttpRule) (*route, error) {
+	rt := &route{body: r.Body}
 	var tmpl string
 	switch p := r.Pattern.(type) {
 	case *annotations.HttpRule_Get:
@@ -128,7 +130,7 @@ func newRoute(r *annotations.HttpRule) (*restRoute, error) {
 }
 
 // parse reads a path template: "/v1/{topic=projects/*/topics/*}:publish".
-func (rt *restRoute) parse(tmpl string) error {
+func (rt *route) parse(tmpl string) error {
 	t, ok := strings.CutPrefix(tmpl, "/")
 	if !ok {
 		return fmt.Errorf("template %q does not start with /", tmpl)
@@ -171,7 +173,7 @@ func (rt *restRoute) parse(tmpl string) error {
 
 // match reports whether the path segments fit the template, and the values
 // of its variables.
-func (rt *restRoute) match(segs []string) (map[string]string, bool) {
+func (rt *route) match(segs []string) (map[string]string, bool) {
 	if rt.custom != "" {
 		last, ok := strings.CutSuffix(segs[len(segs)-1], ":"+rt.custom)
 		if !ok {
@@ -203,31 +205,40 @@ func (rt *restRoute) match(segs []string) (map[string]string, bool) {
 	return vals, true
 }
 
-// restHandler serves the REST API, behind the guards that keep web pages
-// out of it.
-func (b *Broker) restHandler(services []service) (http.Handler, error) {
-	routes, err := restRoutes(services)
+// Handler serves the REST API of its services.
+type Handler struct {
+	routes []*route
+	first  func(w http.ResponseWriter, r *http.Request, segs []string) bool
+}
+
+// NewHandler serves services. first, if not nil, sees each request's path
+// segments before the routes do, and reports whether it served the request
+// (calls that have no gRPC method to transcode to).
+func NewHandler(services []Service, first func(w http.ResponseWriter, r *http.Request, segs []string) bool) (*Handler, error) {
+	rs, err := routes(services)
 	if err != nil {
 		return nil, err
 	}
-	h := b.withPushKeys(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { b.serveREST(w, r, routes) }))
-	deny := func(w http.ResponseWriter, _ *http.Request, code int, msg string) {
-		writeRESTError(w, code, codes.PermissionDenied, msg)
-	}
-	return localguard.Host(b.opts.AllowedHosts, deny, localguard.SameSite(false, deny, h)), nil
+	return &Handler{routes: rs, first: first}, nil
 }
 
-func (b *Broker) serveREST(w http.ResponseWriter, r *http.Request, routes []*restRoute) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	segs, err := pathSegments(r.URL.EscapedPath())
 	if err != nil {
-		writeStatus(w, status.New(codes.InvalidArgument, err.Error()))
+		WriteStatus(w, status.New(codes.InvalidArgument, err.Error()))
 		return
 	}
-	if b.serveTransformCall(w, r, segs) {
+	if h.first != nil && h.first(w, r, segs) {
+		return
+	}
+	sys, binds, err := readQuery(r.URL.RawQuery)
+	if err != nil {
+		st, _ := status.FromError(err)
+		WriteStatus(w, st)
 		return
 	}
 	var allowed []string
-	for _, rt := range routes {
+	for _, rt := range h.routes {
 		vals, ok := rt.match(segs)
 		if !ok {
 			continue
@@ -237,20 +248,14 @@ func (b *Broker) serveREST(w http.ResponseWriter, r *http.Request, routes []*res
 			continue
 		}
 		resp, err := rt.call(r.Context(), func(req any) error {
-			return rt.decode(w, r, vals, req.(proto.Message))
+			return rt.decode(w, r, vals, binds, req.(proto.Message))
 		})
 		if err != nil {
 			st, _ := status.FromError(err)
-			writeStatus(w, st)
+			WriteStatus(w, st)
 			return
 		}
-		out, err := protojson.Marshal(resp.(proto.Message))
-		if err != nil {
-			writeStatus(w, status.New(codes.Internal, "encode response: "+err.Error()))
-			return
-		}
-		w.Header().Set("Content-Type", "application/json; charset=UTF-8")
-		_, _ = w.Write(out)
+		sys.write(w, resp.(proto.Message))
 		return
 	}
 	// As the service does, a path that no method takes, or not with this
@@ -262,7 +267,7 @@ func (b *Broker) serveREST(w http.ResponseWriter, r *http.Request, routes []*res
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
 		msg += fmt.Sprintf(" (this path takes %s)", strings.Join(allowed, ", "))
 	}
-	writeStatus(w, status.New(codes.NotFound, msg))
+	WriteStatus(w, status.New(codes.NotFound, msg))
 }
 
 func pathSegments(p string) ([]string, error) {
@@ -281,20 +286,12 @@ func pathSegments(p string) ([]string, error) {
 	return segs, nil
 }
 
-// Query parameters that Google's API front end takes for itself; clients
-// such as gcloud send some of them.
-var systemParams = map[string]bool{
-	"alt": true, "prettyPrint": true, "$.xgafv": true, "fields": true, "key": true,
-	"access_token": true, "oauth_token": true, "callback": true, "quotaUser": true,
-	"upload_protocol": true, "uploadType": true,
-}
-
-// decode fills req from the body, the query string and the path, in that
+// decode fills req from the body, the query's binds and the path, in that
 // order, as the HTTP rule says; errors are the service's words.
-func (rt *restRoute) decode(w http.ResponseWriter, r *http.Request, vals map[string]string, req proto.Message) error {
+func (rt *route) decode(w http.ResponseWriter, r *http.Request, vals map[string]string, binds [][2]string, req proto.Message) error {
 	m := req.ProtoReflect()
 	if rt.body != "" {
-		data, err := readBody(w, r)
+		data, err := ReadBody(w, r)
 		if err != nil {
 			return err
 		}
@@ -313,14 +310,9 @@ func (rt *restRoute) decode(w http.ResponseWriter, r *http.Request, vals map[str
 		}
 	}
 	if rt.body != "*" {
-		for k, vs := range r.URL.Query() {
-			if systemParams[k] {
-				continue
-			}
-			for _, v := range vs {
-				if err := setField(m, k, v); err != nil {
-					return err
-				}
+		for _, kv := range binds {
+			if err := setField(m, kv[0], kv[1]); err != nil {
+				return err
 			}
 		}
 	}
@@ -332,11 +324,11 @@ func (rt *restRoute) decode(w http.ResponseWriter, r *http.Request, vals map[str
 	return nil
 }
 
-// readBody reads a request body of at most restBodyBytes, gunzipping it when
+// ReadBody reads a request body of at most BodyBytes, gunzipping it when
 // the client sent it compressed, as Google's Java API clients (Beam's
 // PubsubIO among them) do with every request.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body := io.Reader(http.MaxBytesReader(w, r.Body, restBodyBytes))
+func ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body := io.Reader(http.MaxBytesReader(w, r.Body, BodyBytes))
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
 	case "gzip":
@@ -346,7 +338,7 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		}
 		defer zr.Close()
 		// The bound holds for what the body unpacks to, not only what was sent.
-		body = io.LimitReader(zr, restBodyBytes+1)
+		body = io.LimitReader(zr, BodyBytes+1)
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "unsupported request Content-Encoding %q: send the body as is or with gzip", enc)
 	}
@@ -354,8 +346,8 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "read request body: %v", err)
 	}
-	if len(data) > restBodyBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "request body unpacks to more than %d bytes", restBodyBytes)
+	if len(data) > BodyBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "request body unpacks to more than %d bytes", BodyBytes)
 	}
 	return data, nil
 }
@@ -443,17 +435,17 @@ var httpStatus = map[codes.Code]int{
 	codes.Unimplemented: 501, codes.Internal: 500, codes.Unavailable: 503, codes.DataLoss: 500,
 }
 
-func writeStatus(w http.ResponseWriter, st *status.Status) {
+func WriteStatus(w http.ResponseWriter, st *status.Status) {
 	code, ok := httpStatus[st.Code()]
 	if !ok {
 		code = 500
 	}
-	writeRESTError(w, code, st.Code(), st.Message())
+	WriteError(w, code, st.Code(), st.Message())
 }
 
-// writeRESTError writes the service's error body:
+// WriteError writes the service's error body:
 // {"error":{"code":404,"message":"...","status":"NOT_FOUND"}}.
-func writeRESTError(w http.ResponseWriter, httpCode int, c codes.Code, msg string) {
+func WriteError(w http.ResponseWriter, httpCode int, c codes.Code, msg string) {
 	body, _ := json.Marshal(map[string]any{"error": map[string]any{
 		"code": httpCode, "message": msg, "status": rpccode.Code(c).String(),
 	}})

@@ -9,6 +9,7 @@ import (
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"github.com/dedupflow/dedupflow/broker/internal/logframe"
+	"github.com/dedupflow/dedupflow/broker/internal/schemacheck"
 	"github.com/dedupflow/dedupflow/limits"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,7 +28,7 @@ const deletedSchema = "_deleted-schema_"
 
 type schemaRev struct {
 	proto *pb.Schema // name, type, definition, revision ID and time
-	check validator
+	check schemacheck.Validator
 }
 
 type schema struct {
@@ -86,7 +87,7 @@ func (b *Broker) newRevision(s *schema, typ pb.Schema_Type, def string) (*schema
 	if len(def) > limits.SchemaDefinitionBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "the schema definition is %d bytes, the limit is %d", len(def), limits.SchemaDefinitionBytes)
 	}
-	check, err := parseSchema(typ, def)
+	check, err := schemacheck.Parse(typ, def)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -316,7 +317,7 @@ func (srv *schemaServer) ValidateMessage(_ context.Context, req *pb.ValidateMess
 	if err := checkEncoding(req.Encoding); err != nil {
 		return nil, err
 	}
-	var check validator
+	var check schemacheck.Validator
 	switch sr := req.SchemaSpec.(type) {
 	case *pb.ValidateMessageRequest_Name:
 		b := srv.b
