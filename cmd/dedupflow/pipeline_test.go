@@ -47,6 +47,10 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 		{[]string{"--sink", "kafka"}, `unknown --sink "kafka"`},
 		{[]string{"--sink", "stdout", "--metadata-columns", "none"}, "--metadata-columns applies to table sinks only, not --sink stdout"},
 		{[]string{"--output-topic", "out", "--fields", "a"}, "--fields applies to table sinks only, not --sink pubsub"},
+		{[]string{"--sink", "spanner://projects/p/databases/d"}, "want spanner://projects/P/instances/I/databases/D"},
+		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--on-conflict", "update"}, "--on-conflict applies to --sink postgres only, not --sink spanner"},
+		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--metadata-columns", "key,bogus"}, `--metadata-columns: unknown metadata column "bogus"`},
+		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--metadata-columns", "key=id", "--fields", "id,n"}, `--fields: "id" is also a metadata column`},
 		// How messages are pulled.
 		{[]string{"--sink", "stdout", "--receiver", "fast"}, `unknown --receiver "fast": want client or batch`},
 		{[]string{"--sink", "stdout", "--streams", "0"}, "--streams 0 must be at least 1"},

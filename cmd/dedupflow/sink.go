@@ -19,6 +19,7 @@ import (
 	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/columns"
 	"github.com/dedupflow/dedupflow/sink/postgres"
+	"github.com/dedupflow/dedupflow/sink/spanner"
 	"github.com/dedupflow/dedupflow/sink/stdout"
 	"github.com/dedupflow/dedupflow/sink/topic"
 )
@@ -48,6 +49,7 @@ const (
 	sinkPubSub   = "pubsub"
 	sinkStdout   = "stdout"
 	sinkPostgres = "postgres"
+	sinkSpanner  = "spanner"
 )
 
 // sinkKind tells which sink --sink names.
@@ -59,8 +61,11 @@ func sinkKind(spec string) (string, error) {
 		return sinkStdout, nil
 	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
 		return sinkPostgres, nil
+	case strings.HasPrefix(spec, "spanner://"):
+		_, err := spanner.ParseURL(spec)
+		return sinkSpanner, err
 	}
-	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout or a postgres:// URL", sinkLabel(spec))
+	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout, a postgres:// URL, spanner://projects/P/instances/I/databases/D or bigtable://projects/P/instances/I", sinkLabel(spec))
 }
 
 // openSink opens the sink named by --sink. The returned func stops it,
@@ -76,6 +81,12 @@ func openSink(ctx context.Context, s sinkSpec, w sinkWiring) (sink.Sink, func(),
 			out = os.Stdout
 		}
 		return stdout.New(out), func() {}, nil
+	case sinkSpanner:
+		ss, err := spanner.Open(ctx, s.url, spanner.Options{Table: s.table, Metadata: s.metadata, Fields: s.fields, Subscription: w.sub, Logger: w.log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--sink spanner: %w", err)
+		}
+		return ss, ss.Close, nil
 	default:
 		o := postgres.Options{Table: s.table, OnConflict: s.onConflict, Logger: w.log}
 		if w.timeout > 0 {
@@ -98,14 +109,15 @@ func sinkLabel(spec string) string { return redact.URL(spec) }
 
 // tableSink reports whether kind writes rows of columns, and so reads
 // --metadata-columns and --fields.
-func tableSink(kind string) bool { return false }
+func tableSink(kind string) bool { return kind == sinkSpanner }
 
 func (s *sinkFlags) registerColumns(fs *flag.FlagSet) {
 	fs.StringVar(&s.metadata, "metadata-columns", "all", "table sinks: metadata columns written, all, none or a list of key (named as --output-id-attribute), message_id, publish_time, attributes, data, subscription_name; KIND=COLUMN renames one")
 	fs.StringVar(&s.fields, "fields", "", "table sinks: fields of a JSON payload written to columns of the same names, comma-separated (spanner: default the table's other columns)")
 }
 
-// checkColumns checks --metadata-columns and --fields into s.
+// checkColumns checks --metadata-columns and --fields into s, and for a
+// table sink the flags it shares with postgres.
 func (j *jobFlags) checkColumns(s *sinkSpec) error {
 	if !tableSink(s.kind) {
 		for _, f := range []string{"metadata-columns", "fields"} {
@@ -114,6 +126,12 @@ func (j *jobFlags) checkColumns(s *sinkSpec) error {
 			}
 		}
 		return nil
+	}
+	switch {
+	case j.given["on-conflict"]:
+		return fmt.Errorf("--on-conflict applies to --sink postgres only, not --sink %s (it writes each key once, last write winning)", s.kind)
+	case s.table == "":
+		return fmt.Errorf("--sink %s needs --table", s.kind)
 	}
 	key := cmp.Or(j.key.outIDAttr, j.key.idAttr, pipeline.DefaultIDAttribute)
 	var err error
