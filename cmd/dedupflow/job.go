@@ -75,7 +75,7 @@ type auditFlags struct {
 }
 
 // sinkFlags are --sink and the flags of its kinds.
-type sinkFlags struct{ spec, table, onConflict, metadata, fields string }
+type sinkFlags struct{ spec, table, onConflict, metadata, fields, family, rowKey string }
 
 func (j *jobFlags) register(fs *flag.FlagSet) {
 	n, k, t, s := &j.names, &j.key, &j.time, &j.sink

@@ -51,6 +51,10 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--on-conflict", "update"}, "--on-conflict applies to --sink postgres only, not --sink spanner"},
 		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--metadata-columns", "key,bogus"}, `--metadata-columns: unknown metadata column "bogus"`},
 		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--metadata-columns", "key=id", "--fields", "id,n"}, `--fields: "id" is also a metadata column`},
+		{[]string{"--sink", "bigtable://projects/p"}, "want bigtable://projects/P/instances/I"},
+		{[]string{"--sink", "bigtable://projects/p/instances/i", "--row-key", "{user}"}, "--row-key: row key template \"{user}\": unknown {user}"},
+		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--column-family", "f"}, "--column-family applies to --sink bigtable only, not --sink spanner"},
+		{[]string{"--sink", "stdout", "--row-key", "{key}"}, "--row-key applies to --sink bigtable only, not --sink stdout"},
 		// How messages are pulled.
 		{[]string{"--sink", "stdout", "--receiver", "fast"}, `unknown --receiver "fast": want client or batch`},
 		{[]string{"--sink", "stdout", "--streams", "0"}, "--streams 0 must be at least 1"},

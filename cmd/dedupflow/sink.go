@@ -17,6 +17,7 @@ import (
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink"
+	"github.com/dedupflow/dedupflow/sink/bigtable"
 	"github.com/dedupflow/dedupflow/sink/columns"
 	"github.com/dedupflow/dedupflow/sink/postgres"
 	"github.com/dedupflow/dedupflow/sink/spanner"
@@ -32,6 +33,8 @@ type sinkSpec struct {
 	onConflict postgres.OnConflict
 	metadata   columns.Metadata // for the table sinks
 	fields     []string         // JSON fields written as columns, for the table sinks
+	family     string           // for the bigtable sink
+	rowKey     bigtable.RowKey  // for the bigtable sink
 }
 
 // sinkWiring is what a sink is opened with.
@@ -50,6 +53,7 @@ const (
 	sinkStdout   = "stdout"
 	sinkPostgres = "postgres"
 	sinkSpanner  = "spanner"
+	sinkBigtable = "bigtable"
 )
 
 // sinkKind tells which sink --sink names.
@@ -64,6 +68,9 @@ func sinkKind(spec string) (string, error) {
 	case strings.HasPrefix(spec, "spanner://"):
 		_, err := spanner.ParseURL(spec)
 		return sinkSpanner, err
+	case strings.HasPrefix(spec, "bigtable://"):
+		_, _, err := bigtable.ParseURL(spec)
+		return sinkBigtable, err
 	}
 	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout, a postgres:// URL, spanner://projects/P/instances/I/databases/D or bigtable://projects/P/instances/I", sinkLabel(spec))
 }
@@ -87,6 +94,13 @@ func openSink(ctx context.Context, s sinkSpec, w sinkWiring) (sink.Sink, func(),
 			return nil, nil, fmt.Errorf("--sink spanner: %w", err)
 		}
 		return ss, ss.Close, nil
+	case sinkBigtable:
+		bs, err := bigtable.Open(ctx, s.url, bigtable.Options{Table: s.table, Family: s.family, RowKey: s.rowKey,
+			Metadata: s.metadata, Fields: s.fields, Subscription: w.sub, Logger: w.log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--sink bigtable: %w", err)
+		}
+		return bs, bs.Close, nil
 	default:
 		o := postgres.Options{Table: s.table, OnConflict: s.onConflict, Logger: w.log}
 		if w.timeout > 0 {
@@ -109,16 +123,23 @@ func sinkLabel(spec string) string { return redact.URL(spec) }
 
 // tableSink reports whether kind writes rows of columns, and so reads
 // --metadata-columns and --fields.
-func tableSink(kind string) bool { return kind == sinkSpanner }
+func tableSink(kind string) bool { return kind == sinkSpanner || kind == sinkBigtable }
 
 func (s *sinkFlags) registerColumns(fs *flag.FlagSet) {
 	fs.StringVar(&s.metadata, "metadata-columns", "all", "table sinks: metadata columns written, all, none or a list of key (named as --output-id-attribute), message_id, publish_time, attributes, data, subscription_name; KIND=COLUMN renames one")
 	fs.StringVar(&s.fields, "fields", "", "table sinks: fields of a JSON payload written to columns of the same names, comma-separated (spanner: default the table's other columns)")
+	fs.StringVar(&s.family, "column-family", bigtable.DefaultFamily, "bigtable sink: the column family written (a rewrite clears it first)")
+	fs.StringVar(&s.rowKey, "row-key", "{key}", "bigtable sink: row key template of {key}, {message_id}, {attributes.NAME} and {data.NAME} (a JSON field)")
 }
 
 // checkColumns checks --metadata-columns and --fields into s, and for a
 // table sink the flags it shares with postgres.
 func (j *jobFlags) checkColumns(s *sinkSpec) error {
+	for _, f := range []string{"column-family", "row-key"} {
+		if j.given[f] && s.kind != sinkBigtable {
+			return fmt.Errorf("--%s applies to --sink bigtable only, not --sink %s", f, sinkLabel(s.url))
+		}
+	}
 	if !tableSink(s.kind) {
 		for _, f := range []string{"metadata-columns", "fields"} {
 			if j.given[f] {
@@ -146,6 +167,10 @@ func (j *jobFlags) checkColumns(s *sinkSpec) error {
 			return fmt.Errorf("--fields: %q is also a metadata column (see --metadata-columns)", f)
 		}
 		s.fields = append(s.fields, f)
+	}
+	s.family = j.sink.family
+	if s.rowKey, err = bigtable.ParseRowKey(j.sink.rowKey); err != nil {
+		return fmt.Errorf("--row-key: %w", err)
 	}
 	return nil
 }
