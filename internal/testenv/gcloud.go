@@ -2,22 +2,20 @@ package testenv
 
 import "testing"
 
-// SpannerEmulator is host:port of Google's Cloud Spanner emulator. It also
-// sets SPANNER_EMULATOR_HOST for the test, which is how the Spanner
-// clients (the sink's and the admin ones) find it.
+// The Spanner and Bigtable tests find their emulators where the official
+// clients do, in SPANNER_EMULATOR_HOST and BIGTABLE_EMULATOR_HOST (host:port):
+// scripts/test.sh exports both, a contributor running an emulator of their
+// own has them set already, and a dedupflow binary a test starts inherits
+// them.
+
+// SpannerEmulator is host:port of Google's Cloud Spanner emulator.
 func SpannerEmulator(t testing.TB) string {
 	t.Helper()
-	h := need(t, "DEDUPFLOW_SPANNER_EMULATOR_HOST", "Google's Cloud Spanner emulator")
-	t.Setenv("SPANNER_EMULATOR_HOST", h)
-	return h
+	return need(t, "SPANNER_EMULATOR_HOST", "Google's Cloud Spanner emulator")
 }
 
 // BigtableEmulator is host:port of Google's Bigtable emulator (cbtemulator).
-// It also sets BIGTABLE_EMULATOR_HOST for the test, which is how the
-// Bigtable clients find it.
 func BigtableEmulator(t testing.TB) string {
 	t.Helper()
-	h := need(t, "DEDUPFLOW_BIGTABLE_EMULATOR_HOST", "Google's Bigtable emulator")
-	t.Setenv("BIGTABLE_EMULATOR_HOST", h)
-	return h
+	return need(t, "BIGTABLE_EMULATOR_HOST", "Google's Bigtable emulator")
 }
