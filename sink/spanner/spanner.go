@@ -113,7 +113,7 @@ func Open(ctx context.Context, url string, o Options) (*Sink, error) {
 	if o.Table == "" {
 		return nil, errors.New("spanner sink: no table given")
 	}
-	client, err := spanner.NewClientWithConfig(ctx, db, spanner.ClientConfig{SessionPoolConfig: spanner.DefaultSessionPoolConfig})
+	client, err := spanner.NewClient(ctx, db)
 	if err != nil {
 		return nil, fmt.Errorf("spanner sink: %w: %w", ErrRefused, err)
 	}
