@@ -26,6 +26,7 @@ func BenchWriteBatch(b *testing.B, s sink.BatchSink) {
 			Data: fmt.Appendf(nil, `{"order":%d,"customer":"c-42","items":[{"sku":"A-1","qty":2}],"total":19.99}`, k)}
 	}
 	errs := make([]error, batch)
+	b.ResetTimer()
 	cpu := testenv.CPUPerOp(b)
 	start := time.Now()
 	for lo := 0; lo < b.N; lo += batch {
