@@ -136,7 +136,7 @@ func Open(ctx context.Context, url string, o Options) (*Sink, error) {
 	}
 	client, err := bigtable.NewClient(ctx, project, instance)
 	if err != nil {
-		return nil, fmt.Errorf("bigtable sink: %w: %w", ErrRefused, err)
+		return nil, fmt.Errorf("bigtable sink: %w: credentials: %w", ErrRefused, err)
 	}
 	s := &Sink{client: client, table: client.Open(o.Table), opt: o}
 	s.names = append(append(s.names, o.Fields...), o.RowKey.fields...)
@@ -149,7 +149,7 @@ func Open(ctx context.Context, url string, o Options) (*Sink, error) {
 func checkTable(ctx context.Context, project, instance, table, family string) error {
 	ac, err := bigtable.NewAdminClient(ctx, project, instance)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrRefused, err)
+		return fmt.Errorf("%w: credentials: %w", ErrRefused, err)
 	}
 	defer ac.Close()
 	ti, err := ac.TableInfo(ctx, table)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -177,5 +178,16 @@ func TestOpenRefuses(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// TestOpenWithoutCredentials: credentials that cannot be read are one line
+// at start, naming them, and the sink does not start.
+func TestOpenWithoutCredentials(t *testing.T) {
+	t.Setenv("BIGTABLE_EMULATOR_HOST", "")
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "key.json"))
+	_, err := Open(context.Background(), "bigtable://projects/p/instances/i", Options{Table: "t", Fields: []string{"a"}})
+	if err == nil || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "credentials: ") || !strings.Contains(err.Error(), "key.json") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Open: %v, want one line refusing the credentials", err)
 	}
 }

@@ -115,7 +115,7 @@ func Open(ctx context.Context, url string, o Options) (*Sink, error) {
 	}
 	client, err := spanner.NewClient(ctx, db)
 	if err != nil {
-		return nil, fmt.Errorf("spanner sink: %w: %w", ErrRefused, err)
+		return nil, fmt.Errorf("spanner sink: %w: credentials: %w", ErrRefused, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -282,5 +283,16 @@ func TestConcurrentBatches(t *testing.T) {
 	wg.Wait()
 	if n := count(t, db, "orders"); n != 800 || failed.Load() > 0 {
 		t.Errorf("%d rows and %d failed writes after 8 writers wrote 40 batches of 20, want 800 and none", n, failed.Load())
+	}
+}
+
+// TestOpenWithoutCredentials: credentials that cannot be read are one line
+// at start, naming them, and the sink does not start.
+func TestOpenWithoutCredentials(t *testing.T) {
+	t.Setenv("SPANNER_EMULATOR_HOST", "")
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "key.json"))
+	_, err := Open(context.Background(), "spanner://projects/p/instances/i/databases/d", Options{Table: "t"})
+	if err == nil || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "credentials: ") || !strings.Contains(err.Error(), "key.json") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Open: %v, want one line refusing the credentials", err)
 	}
 }
