@@ -55,7 +55,7 @@ func (j *jobFlags) checkSink() (sinkSpec, error) {
 	case s.kind != sinkPubSub && j.names.outTopic != "":
 		return s, fmt.Errorf("--output-topic applies to --sink pubsub only, not --sink %s", sinkLabel(s.url))
 	}
-	if err := j.checkColumns(&s); err != nil {
+	if err := j.checkColumns(&s); err != nil || tableSink(s.kind) {
 		return s, err
 	}
 	if s.kind != sinkPostgres {
