@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -101,12 +100,11 @@ func TestBrokerPageBrowser(t *testing.T) {
 	t.Parallel()
 	testenv.Chromium(t) // before the build, to skip at once without it
 	addr, pageURL := startBrokerPage(t)
-	ctx, cancel := context.WithTimeout(newBrowser(t), 60*time.Second)
-	defer cancel()
+	ctx := newBrowser(t)
 	tab := &browserTab{T: t, Ctx: ctx}
 	tab.Report = func() string {
-		return "table: " + tab.Eval(`document.getElementById("subs").innerText`) + "\nstatus: " +
-			tab.Eval(`["publish-status","seek-status","peek-status"].map(i => document.getElementById(i).textContent).join(" | ")`)
+		return "table: " + tab.State(`document.getElementById("subs").innerText`) + "\nstatus: " +
+			tab.State(`["publish-status","seek-status","peek-status"].map(i => document.getElementById(i).textContent).join(" | ")`)
 	}
 	do, eval, waitPage := tab.Do, tab.Eval, tab.Wait
 	sub := "projects/" + pageProject + "/subscriptions/orders-sub"

@@ -49,7 +49,7 @@ func TestUpBinary(t *testing.T) {
 		dedupflow("publish", "--project", "dedupflow-demo", "--topic", "topicToDataflow",
 			"--data", data, "--key", key)
 	}
-	// The seed tutorial: Message 2, 3 and 4 share key 456. They are
+	// The tutorial: Message 2, 3 and 4 share key 456. They are
 	// published by the command the banner prints, pasted into a shell as a
 	// user would: it must stamp the key where up looks for it.
 	publish("Message 1", "123")
