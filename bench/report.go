@@ -438,8 +438,12 @@ not served by the Go module proxy here, so it has to be built outside this repos
 **Reading the results.** The pipeline rows are the comparison users face: the same broker, the same input,
 the same output topic, and a correctness check on every run. Bento runs twice: as configured out of the box
 (one message at a time through ` + "`dedupe`" + `) and tuned, with its input wrapped in ` + "`batched`" + ` (500 messages or 20 ms),
-which lets ` + "`dedupe`" + ` and the output work on whole batches; dedupflow handles each message on its own (claim,
-write, commit, ack) and relies on the Pub/Sub client's and the stores' batching underneath. Bento's ` + "`dedupe`" + `
+which lets ` + "`dedupe`" + ` and the output work on whole batches. dedupflow's default receiver batches too: it
+takes a StreamingPull response at a time and makes one store call to claim its keys, one sink write, one commit
+and one ack request per batch, while each message keeps its own key, outcome and ack or nack; a stream hands over
+what has arrived as soon as it is idle, so batches grow with the load and wait for nothing. The rows marked
+` + "`--receiver client`" + ` are the official client's ` + "`Receive`" + `, which handles each message on its own (claim, write,
+commit, ack) over the client's and the stores' batching. Bento's ` + "`dedupe`" + `
 records a key before the output is written (a failed write then loses the message; dedupflow records it only
 after the write), so it also does less work per message than the claim/commit protocol. NATS's row is a different shape of system — dedup inside the
 store at publish time, with no consumer, no output topic and no redeliveries — and is shown for scale, not as a

@@ -233,7 +233,7 @@ func (s *soak) report() error {
 	return nil
 }
 
-// Names of the soak's rows the plot and the README refer to.
+// Names of the soak's rows the plot and docs/stores.md refer to.
 const (
 	nameSoakLag    = "dedupflow pipeline, disk store → PostgreSQL: the last publish to every key in the table"
 	nameSoakBroker = "dedupflow broker --data-dir (the longest-lived process), resident memory"

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -101,12 +100,11 @@ func TestBrokerPageBrowser(t *testing.T) {
 	t.Parallel()
 	testenv.Chromium(t) // before the build, to skip at once without it
 	addr, pageURL := startBrokerPage(t)
-	ctx, cancel := context.WithTimeout(newBrowser(t), 60*time.Second)
-	defer cancel()
+	ctx := newBrowser(t)
 	tab := &browserTab{T: t, Ctx: ctx}
 	tab.Report = func() string {
-		return "table: " + tab.Eval(`document.getElementById("subs").innerText`) + "\nstatus: " +
-			tab.Eval(`["publish-status","seek-status","peek-status"].map(i => document.getElementById(i).textContent).join(" | ")`)
+		return "table: " + tab.State(`document.getElementById("subs").innerText`) + "\nstatus: " +
+			tab.State(`["publish-status","seek-status","peek-status"].map(i => document.getElementById(i).textContent).join(" | ")`)
 	}
 	do, eval, waitPage := tab.Do, tab.Eval, tab.Wait
 	sub := "projects/" + pageProject + "/subscriptions/orders-sub"
@@ -146,7 +144,7 @@ func TestBrokerPageBrowser(t *testing.T) {
 	const payload = `<img src=x onerror=alert(1)><script>alert(2)</script>`
 	do("publish", chromedp.SetValue(chromedp.CSS("#pub-topic"), "projects/"+pageProject+"/topics/orders"),
 		chromedp.SetValue(chromedp.CSS("#pub-data"), payload),
-		chromedp.SetValue(chromedp.CSS("#pub-attrs"), "origin=<b>page</b>\nkind=test"),
+		chromedp.SetValue(chromedp.CSS("#pub-attrs"), "origin=<b>page</b>\nkind=test\ntrace="+longAttr),
 		chromedp.Click(chromedp.CSS("#pub-send")))
 	waitPage("the publish", `document.getElementById("publish-status").textContent.startsWith("Published")`)
 	waitPage("the backlog to show it", cellOf("backlog")+` === "1"`)
@@ -167,8 +165,16 @@ func TestBrokerPageBrowser(t *testing.T) {
 	if got := eval(`document.querySelector("#peek tbody tr td.data").textContent`); got != payload {
 		t.Fatalf("peeked data %q, want %q as text", got, payload)
 	}
-	if got := eval(`document.querySelectorAll("#peek tbody tr td.data")[1].textContent`); got != "kind=test\norigin=<b>page</b>" {
+	if got := eval(`document.querySelectorAll("#peek tbody tr td.data")[1].textContent`); got != "kind=test\norigin=<b>page</b>\ntrace="+longAttr {
 		t.Fatalf("peeked attributes %q", got)
+	}
+	// A long attribute wraps inside its column: the page stays as wide as
+	// the 1280 px window, and resource paths break only after a separator.
+	if w, err := strconv.Atoi(eval(`String(document.documentElement.scrollWidth)`)); err != nil || w > 1280 {
+		t.Errorf("after a peek of a long attribute the page is %d px wide in a 1280 px window (%v)", w, err)
+	}
+	if got := eval(jsMidWordBreaks(`#subs tbody td:nth-child(-n+2), #peek-sub`)); got != "" {
+		t.Errorf("resource paths broken mid-word: %s", got)
 	}
 	if n := eval(`String(document.querySelectorAll("main img, main b, main script").length)`); n != "0" {
 		t.Fatalf("the payload became %s elements", n)
@@ -188,6 +194,13 @@ func TestBrokerPageBrowser(t *testing.T) {
 	do("publish a reserved attribute", chromedp.SetValue(chromedp.CSS("#pub-attrs"), "googkey=1"), chromedp.Click(chromedp.CSS("#pub-send")))
 	waitPage("the broker's refusal", `document.getElementById("publish-status").classList.contains("bad") && document.getElementById("publish-status").textContent.includes("goog")`)
 
+	// The time field's example is a time a user would seek to, not Go's
+	// layout reference.
+	hint := strings.TrimPrefix(eval(`document.getElementById("seek-time").placeholder`), "e.g. ")
+	if at, err := time.Parse(time.RFC3339, hint); err != nil || time.Since(at) < 0 || time.Since(at) > 24*time.Hour {
+		t.Errorf("the seek time's placeholder is %q; want an RFC 3339 example of a recent time (%v)", hint, err)
+	}
+
 	// Seeking past the message acknowledges it.
 	future := time.Now().Add(time.Minute).UTC().Format(time.RFC3339)
 	do("seek", chromedp.SetValue(chromedp.CSS("#seek-sub"), sub), chromedp.SetValue(chromedp.CSS("#seek-time"), future), chromedp.Click(chromedp.CSS("#seek-send")))
@@ -198,4 +211,31 @@ func TestBrokerPageBrowser(t *testing.T) {
 	if n := dialogs.Load(); n != 0 {
 		t.Fatalf("%d dialogs opened: a payload ran as script", n)
 	}
+}
+
+// longAttr is an attribute value with no place to break, such as a trace
+// header or a token.
+var longAttr = strings.Repeat("0af7651916cd43dd8448eb211c80319c", 8)
+
+// jsMidWordBreaks is a JavaScript expression listing the elements matched
+// by sel whose text wraps to a new line other than after a space, "/", "."
+// or "-": the places a resource path may break without cutting a name.
+func jsMidWordBreaks(sel string) string {
+	return `[...document.querySelectorAll(` + strconv.Quote(sel) + `)].filter(el => {
+		const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+		let top = null, prev = "";
+		for (let n; (n = walk.nextNode());) {
+			for (let i = 0; i < n.length; i++) {
+				const r = document.createRange();
+				r.setStart(n, i);
+				r.setEnd(n, i + 1);
+				const box = r.getClientRects()[0];
+				if (!box) continue;
+				if (top !== null && box.top > top + 1 && !/[\s\/.-]/.test(prev)) return true;
+				top = box.top;
+				prev = n.data[i];
+			}
+		}
+		return false;
+	}).map(el => el.textContent).join(" | ")`
 }

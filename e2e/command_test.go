@@ -83,9 +83,13 @@ func (c *command) waitForLog(t *testing.T, what string, re *regexp.Regexp) strin
 	return c.waitIn(t, what, c.stderr, re)
 }
 
+// printBudget is how long a command may take to print what a test waits for:
+// a binary built with -race starts slowly on a loaded machine.
+const printBudget = time.Minute
+
 func (c *command) waitIn(t *testing.T, what string, out *testenv.Buffer, re *regexp.Regexp) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(printBudget)
 	for time.Now().Before(deadline) {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
 			return m[1]
@@ -96,7 +100,7 @@ func (c *command) waitIn(t *testing.T, what string, out *testenv.Buffer, re *reg
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	t.Fatalf("%s printed no %s after 20s\nstdout:\n%s\nstderr:\n%s", c.name, what, c.stdout, c.stderr)
+	t.Fatalf("%s printed no %s after %v\nstdout:\n%s\nstderr:\n%s", c.name, what, printBudget, c.stdout, c.stderr)
 	return ""
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,18 +30,28 @@ func TestUpBinary(t *testing.T) {
 	bin := buildBinary(t, raceEnabled)
 	env := append(withoutEmulator(), "PUBSUB_EMULATOR_HOST="+up.brokerAddr)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	// Each command has a budget of its own, so that on a loaded machine one
+	// slow start does not eat the next command's time; one that runs out of
+	// it is named as such.
+	const budget = time.Minute
+	overBudget := func(ctx context.Context) string {
+		if ctx.Err() != nil {
+			return fmt.Sprintf(" (not done within %v)", budget)
+		}
+		return ""
+	}
 	// dedupflow runs as another client of the broker would, through
 	// PUBSUB_EMULATOR_HOST as printed.
 	dedupflow := func(args ...string) string {
 		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		defer cancel()
 		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Env = env
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		if err := cmd.Run(); err != nil {
-			t.Fatalf("dedupflow %v: %v\n%s", args, err, errb.String())
+			t.Fatalf("dedupflow %v: %v%s\n%s", args, err, overBudget(ctx), errb.String())
 		}
 		return out.String()
 	}
@@ -49,7 +60,7 @@ func TestUpBinary(t *testing.T) {
 		dedupflow("publish", "--project", "dedupflow-demo", "--topic", "topicToDataflow",
 			"--data", data, "--key", key)
 	}
-	// The seed tutorial: Message 2, 3 and 4 share key 456. They are
+	// The tutorial: Message 2, 3 and 4 share key 456. They are
 	// published by the command the banner prints, pasted into a shell as a
 	// user would: it must stamp the key where up looks for it.
 	publish("Message 1", "123")
@@ -57,10 +68,12 @@ func TestUpBinary(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no publish command in the banner:\n%s", up.stdout)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
 	sh := exec.CommandContext(ctx, "sh", "-c", m[1])
 	sh.Env = append(env, "PATH="+filepath.Dir(bin)+":"+os.Getenv("PATH"))
 	if out, err := sh.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", m[1], err, out)
+		t.Fatalf("%s: %v%s\n%s", m[1], err, overBudget(ctx), out)
 	}
 
 	subscribe := func(args ...string) string {

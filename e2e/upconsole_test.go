@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
@@ -17,20 +15,18 @@ import (
 )
 
 // TestUpConsoleBrowser drives the console of `dedupflow up` from real
-// Chromium: the seed scenario through the form, a redelivery, and a payload
+// Chromium: the tutorial's messages through the form, a redelivery, and a payload
 // that must stay text.
 func TestUpConsoleBrowser(t *testing.T) {
 	t.Parallel()
 	testenv.Chromium(t) // before the build, to skip at once without it
 	up := startUp(t)
-	bctx := newBrowser(t)
-	ctx, cancel := context.WithTimeout(bctx, 60*time.Second)
-	defer cancel()
+	ctx := newBrowser(t)
 
 	tab := &browserTab{T: t, Ctx: ctx}
 	tab.Report = func() string {
-		return fmt.Sprintf("counters: %s\nrows: %s\nstatus: %s\nstderr:\n%s", tab.Eval(jsCounts), tab.Eval(jsRows),
-			tab.Eval(`document.getElementById("form-status").textContent + " | " + document.getElementById("redeliver-status").textContent`), up.stderr)
+		return fmt.Sprintf("counters: %s\nrows: %s\nstatus: %s\nstderr:\n%s", tab.State(jsCounts), tab.State(jsRows),
+			tab.State(`document.getElementById("form-status").textContent + " | " + document.getElementById("redeliver-status").textContent`), up.stderr)
 	}
 	do, eval, waitPage := tab.Do, tab.Eval, tab.Wait
 	publish := func(message, key string, copies int) {
@@ -72,7 +68,7 @@ func TestUpConsoleBrowser(t *testing.T) {
 	waitPage("the key error", `!document.getElementById("key-err").hidden && document.getElementById("key-err").textContent.includes("spaces")`+
 		` && document.getElementById("key").getAttribute("aria-invalid") === "true"`)
 
-	// The seed tutorial: Message 1 with key 123, then 2, 3 and 4 with 456.
+	// The tutorial: Message 1 with key 123, then 2, 3 and 4 with 456.
 	publish("Message 1", "123", 1)
 	publish("Message 2", "456", 1)
 	publish("Message 3", "456", 1)

@@ -174,7 +174,7 @@ var reBadTimestamp = regexp.MustCompile(`(NumberFormatException: Invalid date/ti
 // compares what each writes: the tutorial's messages, republishes, keyless
 // messages, a timestamp attribute in both forms and a seek back agree; a
 // key equal to a keyless message's ID, the output's attributes and a bad
-// timestamp differ on purpose (README, "dedupflow and Beam's PubsubIO").
+// timestamp differ on purpose (docs/tutorial.md, "Beam's PubsubIO, side by side").
 func TestBeamReferenceSideBySide(t *testing.T) {
 	s := startSideBySide(t)
 	now := time.Now()

@@ -2,8 +2,10 @@
 # Runs every test of dedupflow against real servers: it installs what is missing
 # (Redis, PostgreSQL, Chromium, the official Pub/Sub emulator, gcloud, the Node
 # and Python clients, a JDK and Maven, buildah and promtool), starts each on a free loopback port, builds the
-# container image, exports where they are, then runs go vet and go test -race.
-# Services stop when the script exits.
+# container image, exports where they are, then runs every test stage (vet and
+# staticcheck, go test -race, the end-to-end tests, deploy/validate, a run
+# without -race, brief fuzzing, the benchmark smoke run) and lists every failed
+# stage at the end. Services stop when the script exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -193,37 +195,88 @@ export CONTAINERS_STORAGE_CONF="$work/containers/storage.conf"
 export DEDUPFLOW_IMAGE=localhost/dedupflow:test
 buildah bud --quiet --layers=false --build-arg ROOTFS=prebuilt -t "$DEDUPFLOW_IMAGE" "$work/image" >/dev/null
 
-log "go vet, staticcheck"
-staticcheck=$(go env GOPATH)/bin/staticcheck
-[ -x "$staticcheck" ] || go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
-# GOWORK=off: the module users import is tested on its own go.mod, not on the
-# versions that the workspace's other modules (go.work) would bring in.
-GOWORK=off go vet ./...
-go vet ./bench/...
-GOWORK=off "$staticcheck" ./...
-"$staticcheck" ./bench/... ./e2e/...
-log "go test"
-# -parallel: the paced end-to-end tests mostly wait on servers and timers, so
-# more of them run at once than there are cores.
+# --- the tests -----------------------------------------------------------------
+# Setup above stops at its first error. From here every stage runs whatever
+# became of the ones before, so one failure hides no other; the summary at the
+# end lists each stage's result and time, and the script fails if any did.
+results=()
+failures=0
+# stage NAME FUNCTION: runs FUNCTION in a subshell that stops at its first
+# failing command (set -e holds there: the call is not part of a || list).
+stage() {
+  local name=$1 start=$SECONDS status
+  log "$name"
+  set +e
+  ( set -e; "$2" )
+  status=$?
+  set -e
+  record "$name" "$status" $((SECONDS - start))
+}
+record() { # name status seconds
+  if [ "$2" = 0 ]; then
+    results+=("ok    $1 ($3 s)")
+  else
+    results+=("FAIL  $1 (exit $2, $3 s)")
+    failures=$((failures + 1))
+  fi
+}
+
+test_args=("$@")
+vet() {
+  staticcheck=$(go env GOPATH)/bin/staticcheck
+  [ -x "$staticcheck" ] || go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+  # GOWORK=off: the module users import is tested on its own go.mod, not on the
+  # versions that the workspace's other modules (go.work) would bring in.
+  GOWORK=off go vet ./...
+  go vet ./bench/...
+  GOWORK=off "$staticcheck" ./...
+  "$staticcheck" ./bench/... ./e2e/...
+}
+unit() {
+  # -parallel: the paced end-to-end tests mostly wait on servers and timers, so
+  # more of them run at once than there are cores.
+  GOWORK=off go test -race -count=1 -parallel 12 -timeout 40m "${test_args[@]}" ./...
+}
+benchtests() { go test -count=1 "${test_args[@]}" ./bench/...; }
+e2e() {
+  cd e2e
+  GOWORK=off go vet ./...
+  GOWORK=off go test -race -count=1 -parallel 12 -timeout 40m "${test_args[@]}" ./...
+}
+validate() { cd deploy/validate && GOWORK=off go vet ./... && GOWORK=off go test -count=1 ./...; }
+norace() { go test -count=1 -run '^TestRedeliveryAfterDeadline$' ./broker/; }
+fuzz() { go test -run '^$' -fuzz "^$1\$" -fuzztime 10s ./dedup/; }
+fuzz_timestamp() { fuzz FuzzParseTimestamp; }
+fuzz_keyof() { fuzz FuzzKeyOf; }
+fuzz_jsonkey() { fuzz FuzzJSONKey; }
+benchsmoke() {
+  # every benchmark contender starts and is correct (Bento only when given)
+  go run ./bench --quick ${DEDUPFLOW_BENTO:+--bento "$DEDUPFLOW_BENTO"}
+}
+
+stage "go vet, staticcheck" vet
 # The end-to-end tests (e2e/, a module of their own) mostly wait on the
 # processes they start, so they run beside the packages' tests.
-(cd e2e && GOWORK=off go vet ./... && GOWORK=off go test -race -count=1 -parallel 12 -timeout 40m "$@" ./...) \
-  >"$work/e2e.log" 2>&1 &
-e2e=$!
-GOWORK=off go test -race -count=1 -parallel 12 -timeout 40m "$@" ./...
-go test -count=1 "$@" ./bench/...
+e2e_start=$SECONDS
+( set -e; e2e ) >"$work/e2e.log" 2>&1 &
+e2e_pid=$!
+stage "go test" unit
+stage "go test: bench" benchtests
 log "go test: e2e (the binary under kills, failover, outages and a flaky network)"
 e2e_status=0
-wait "$e2e" || e2e_status=$?
+wait "$e2e_pid" || e2e_status=$?
 cat "$work/e2e.log"
-[ "$e2e_status" = 0 ] || exit "$e2e_status"
-log "go test: deploy/validate (Kubernetes and compose types, a module of its own)"
-(cd deploy/validate && GOWORK=off go vet ./... && GOWORK=off go test -count=1 ./...)
-log "go test, without -race: the reference runs that pstest's own data race keeps out of -race"
-go test -count=1 -run '^TestRedeliveryAfterDeadline$' ./broker/
-log "fuzz (brief)"
-go test -run '^$' -fuzz '^FuzzParseTimestamp$' -fuzztime 10s ./dedup/
-go test -run '^$' -fuzz '^FuzzKeyOf$' -fuzztime 10s ./dedup/
-go test -run '^$' -fuzz '^FuzzJSONKey$' -fuzztime 10s ./dedup/
-log "benchmark smoke run"
-go run ./bench --quick ${DEDUPFLOW_BENTO:+--bento "$DEDUPFLOW_BENTO"} # every benchmark contender starts and is correct (Bento only when given)
+record "go test: e2e" "$e2e_status" $((SECONDS - e2e_start))
+stage "go test: deploy/validate (Kubernetes and compose types, a module of its own)" validate
+stage "go test, without -race: the reference runs that pstest's own data race keeps out of -race" norace
+stage "fuzz FuzzParseTimestamp (brief)" fuzz_timestamp
+stage "fuzz FuzzKeyOf (brief)" fuzz_keyof
+stage "fuzz FuzzJSONKey (brief)" fuzz_jsonkey
+stage "benchmark smoke run" benchsmoke
+
+log "summary"
+printf '%s\n' "${results[@]}" >&2
+if [ "$failures" -gt 0 ]; then
+  log "$failures stage(s) failed"
+  exit 1
+fi

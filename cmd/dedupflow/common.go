@@ -104,9 +104,9 @@ func envName(flag string) string {
 
 const envPrefix = "DEDUPFLOW_"
 
-// testVariables are the DEDUPFLOW_* variables the tests read (README,
-// "Tests"): CI sets them around the commands it runs, so they are not
-// mistakes.
+// testVariables are the DEDUPFLOW_* variables the tests read
+// (docs/testing.md): CI sets them around the commands it runs, so they are
+// not mistakes.
 var testVariables = []string{"DEDUPFLOW_REDIS_URL", "DEDUPFLOW_POSTGRES_URL", "DEDUPFLOW_EMULATOR_HOST",
 	"DEDUPFLOW_CHROMIUM", "DEDUPFLOW_NODE_DIR", "DEDUPFLOW_PYTHON", "DEDUPFLOW_REDIS_SERVER", "DEDUPFLOW_SPRING_JAR",
 	"DEDUPFLOW_SPRING2020_JAR", "DEDUPFLOW_BEAM_JAR", "DEDUPFLOW_REQUIRE_SERVERS", "DEDUPFLOW_IMAGE", "DEDUPFLOW_UPDATE_SCREENSHOT",

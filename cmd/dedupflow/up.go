@@ -90,7 +90,13 @@ type upConfig struct {
 	consoleAddr string
 }
 
-// runUp is the seed tutorial as one command: broker, topics, dedup pipeline
+// The tutorial that up runs, as Google Cloud published it.
+const (
+	tutorialTitle = "Deduplicate Pub/Sub messages with Dataflow in a Spring Cloud Stream application"
+	tutorialURL   = "https://cloud.google.com/community/tutorials/pubsub-spring-dedup-messages"
+)
+
+// runUp is the tutorial as one command: broker, topics, dedup pipeline
 // and web console, until interrupted.
 func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var (
@@ -102,9 +108,11 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	lf.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: dedupflow up [flags]\n\n"+
-			"Runs the seed tutorial on this machine: a Pub/Sub-compatible broker with the\n"+
-			"topics %s and %s and the subscription\n%s, the dedup pipeline between the topics,\n"+
-			"and a web console to publish with a key and watch duplicates collapse.\n\n", upInputTopic, upOutputTopic, upConsumerSub)
+			"Runs Google Cloud's tutorial %q\n(%s)\n"+
+			"on this machine, without Dataflow or a Google Cloud project: a Pub/Sub-compatible\n"+
+			"broker with the topics %s and %s and the subscription\n%s, the dedup pipeline between the topics,\n"+
+			"and a web console to publish with a key and watch duplicates collapse.\n\n",
+			tutorialTitle, tutorialURL, upInputTopic, upOutputTopic, upConsumerSub)
 		fs.PrintDefaults()
 	}
 	if err := parse(fs, args); err != nil {

@@ -242,7 +242,7 @@ func (p *page) seek(w http.ResponseWriter, r *http.Request) {
 	case at != "":
 		t, err := time.Parse(time.RFC3339Nano, at)
 		if err != nil {
-			writeErr(w, http.StatusBadRequest, fmt.Sprintf("time %q: want RFC 3339, as 2006-01-02T15:04:05Z", at))
+			writeErr(w, http.StatusBadRequest, fmt.Sprintf("time %q: want RFC 3339, a date, T, a time and Z for UTC or an offset, as in 2026-03-01T09:30:00Z or 2026-03-01T10:30:00+01:00", at))
 			return
 		}
 		req.Target = &pb.SeekRequest_Time{Time: timestamppb.New(t)}

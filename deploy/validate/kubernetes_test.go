@@ -98,7 +98,7 @@ func TestStrictDecodeRejectsMisspelledFields(t *testing.T) {
 	}
 }
 
-// The example is what the README promises: N pipeline replicas sharing the
+// The example is what docs/deploy.md promises: N pipeline replicas sharing the
 // Redis store, probes on the metrics port's /readyz and /healthz, a grace
 // period longer than the drain's bound, requests, a disruption budget, a
 // scrape annotation, and the Workload Identity service account.
@@ -161,7 +161,7 @@ func TestKubernetesExample(t *testing.T) {
 
 	// A drain is bounded by one sink write (half the 30 s claim lease) and
 	// the commit retries after it (the other half); it measured well under
-	// a second (README). The grace period must cover the bound.
+	// a second (docs/deploy.md). The grace period must cover the bound.
 	if g := spec.TerminationGracePeriodSeconds; g == nil || *g <= 30 {
 		t.Errorf("terminationGracePeriodSeconds %v, want more than the 30 s a drain can take", g)
 	}

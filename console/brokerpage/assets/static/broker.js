@@ -13,6 +13,18 @@
     return td;
   }
 
+  // pathCell is a cell for a resource path, which may break after a "/"
+  // or a "." and nowhere else, so a name is never cut in two.
+  function pathCell(tr, text) {
+    const td = cell(tr, "", "path");
+    td.append(...pathNodes(text));
+    return td;
+  }
+
+  function pathNodes(text) {
+    return text.split(/(?<=[\/.])/).flatMap((part, i) => i ? [document.createElement("wbr"), part] : [part]);
+  }
+
   function age(s) {
     if (!s) return "";
     if (s < 60) return s.toFixed(1) + " s";
@@ -45,7 +57,7 @@
       for (const s of list) {
         const tr = document.createElement("tr");
         tr.dataset.key = t.name + "\n" + (s ? s.name : "");
-        cell(tr, t.name + (t.schema ? " (schema " + t.schema + ")" : "") + transforms(t.transforms));
+        pathCell(tr, t.name + (t.schema ? " (schema " + t.schema + ")" : "") + transforms(t.transforms));
         if (!s) {
           cell(tr, "no subscriptions", "hint");
           for (let i = 0; i < 7; i++) cell(tr, "");
@@ -54,7 +66,7 @@
         }
         subs.push(s.name);
         tr.dataset.sub = s.name;
-        cell(tr, s.name + (s.detached ? " (detached)" : ""));
+        pathCell(tr, s.name + (s.detached ? " (detached)" : ""));
         cell(tr, String(s.backlog), "num").dataset.field = "backlog";
         cell(tr, String(s.unacked), "num").dataset.field = "unacked";
         cell(tr, age(s.oldestUnackedSeconds), "num");
@@ -79,7 +91,7 @@
       rows.forEach((tr, i) => {
         for (let j = 0; j < tr.cells.length; j++) {
           const c = old[i].cells[j];
-          if (!c.querySelector("button") && c.textContent !== tr.cells[j].textContent) c.textContent = tr.cells[j].textContent;
+          if (!c.querySelector("button") && c.textContent !== tr.cells[j].textContent) c.replaceChildren(...tr.cells[j].childNodes);
         }
       });
     } else {
@@ -100,7 +112,7 @@
   }
 
   async function peek(sub) {
-    $("peek-sub").textContent = sub;
+    $("peek-sub").replaceChildren(...pathNodes(sub));
     $("peek-status").textContent = "Peeking…";
     try {
       const v = await call("GET", "/broker/api/peek?n=" + $("peek").dataset.n + "&subscription=" + encodeURIComponent(sub));
@@ -136,6 +148,8 @@
   }
   submit("publish", "/broker/api/publish", (v) => "Published, message ID " + v.messageIds.join(", "));
   submit("seek", "/broker/api/seek", (v) => "Sought " + v.subscription);
+  // An example a user can edit: an hour ago, to the second, in UTC.
+  $("seek-time").placeholder = "e.g. " + new Date(Date.now() - 3600e3).toISOString().replace(/\.\d+Z$/, "Z");
 
   async function refresh() {
     try {
