@@ -37,9 +37,12 @@ type BatchStore interface {
 }
 
 // ClaimBatch claims every cs[i] into vs[i] and errs[i] through s: in one
-// call when s is a BatchStore, else one Claim per item.
+// call when s is a BatchStore, else one Claim per item. A batch of one is
+// a Claim: a store gathers the single calls that arrive together (a
+// receiver that hands over one message at a time makes many at once) into
+// its own batches, which one batch call of one item would bypass.
 func ClaimBatch(ctx context.Context, s Store, cs []Claim, vs []Verdict, errs []error) {
-	if bs, ok := s.(BatchStore); ok {
+	if bs, ok := s.(BatchStore); ok && len(cs) > 1 {
 		bs.ClaimBatch(ctx, cs, vs, errs)
 		return
 	}
@@ -51,7 +54,7 @@ func ClaimBatch(ctx context.Context, s Store, cs []Claim, vs []Verdict, errs []e
 // CommitBatch commits every es[i] through s, setting errs[i]: in one call
 // when s is a BatchStore, else one Commit per item.
 func CommitBatch(ctx context.Context, s Store, es []Entry, errs []error) {
-	if bs, ok := s.(BatchStore); ok {
+	if bs, ok := s.(BatchStore); ok && len(es) > 1 {
 		bs.CommitBatch(ctx, es, errs)
 		return
 	}
@@ -63,7 +66,7 @@ func CommitBatch(ctx context.Context, s Store, es []Entry, errs []error) {
 // ReleaseBatch releases every es[i] through s, setting errs[i]: in one
 // call when s is a BatchStore, else one Release per item.
 func ReleaseBatch(ctx context.Context, s Store, es []Entry, errs []error) {
-	if bs, ok := s.(BatchStore); ok {
+	if bs, ok := s.(BatchStore); ok && len(es) > 1 {
 		bs.ReleaseBatch(ctx, es, errs)
 		return
 	}

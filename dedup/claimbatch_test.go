@@ -66,3 +66,39 @@ func TestDeduperClaimBatch(t *testing.T) {
 		t.Fatalf("after release and commit: %v, %v/%v", bs[0].Verdict.Status, bs[1].Verdict.Status, bs[1].Verdict.Kind)
 	}
 }
+
+// calls is a batch store that counts its single and batch claims.
+type calls struct {
+	*mem.Store
+	single, batch int
+}
+
+func (c *calls) Claim(ctx context.Context, cl dedup.Claim) (dedup.Verdict, error) {
+	c.single++
+	return c.Store.Claim(ctx, cl)
+}
+
+func (c *calls) ClaimBatch(ctx context.Context, cs []dedup.Claim, vs []dedup.Verdict, errs []error) {
+	c.batch++
+	c.Store.ClaimBatch(ctx, cs, vs, errs)
+}
+
+// TestClaimBatchOfOneIsClaim: a batch of one claim is a Claim, which a
+// store gathers with the claims that arrive beside it (the Redis store's
+// pipeline); two or more go in one batch call.
+func TestClaimBatchOfOneIsClaim(t *testing.T) {
+	s := &calls{Store: mem.New()}
+	now := time.Now()
+	claim := func(k string) dedup.Claim {
+		return dedup.Claim{Key: dedup.KeyOf(k), MsgID: k, Now: now, LeaseUntil: now.Add(time.Minute)}
+	}
+	vs, errs := make([]dedup.Verdict, 2), make([]error, 2)
+	dedup.ClaimBatch(context.Background(), s, []dedup.Claim{claim("a")}, vs[:1], errs[:1])
+	if s.single != 1 || s.batch != 0 {
+		t.Fatalf("one claim: %d single and %d batch calls, want one single", s.single, s.batch)
+	}
+	dedup.ClaimBatch(context.Background(), s, []dedup.Claim{claim("b"), claim("c")}, vs, errs)
+	if s.single != 1 || s.batch != 1 {
+		t.Fatalf("two claims: %d single and %d batch calls, want one batch", s.single-1, s.batch)
+	}
+}

@@ -55,9 +55,15 @@ type BatchSink interface {
 }
 
 // WriteBatch writes every ms[i] to s, setting errs[i]: in one call when s
-// is a BatchSink, else one Write per message, all at once, as the
-// per-message path writes them.
+// is a BatchSink, else one Write per message, all at once. A batch of one
+// is a Write: a sink gathers the writes that arrive together (a receiver
+// that hands over one message at a time makes many at once) into one
+// request, which a batch call of one message would bypass.
 func WriteBatch(ctx context.Context, s Sink, ms []*Message, errs []error) {
+	if len(ms) == 1 {
+		errs[0] = s.Write(ctx, ms[0])
+		return
+	}
 	if bs, ok := s.(BatchSink); ok {
 		bs.WriteBatch(ctx, ms, errs)
 		return

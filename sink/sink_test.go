@@ -39,3 +39,32 @@ func TestWriteBatchFallback(t *testing.T) {
 		t.Fatalf("written %v, want a and c", s.written)
 	}
 }
+
+// both is a sink with WriteBatch too, counting each kind of call.
+type both struct {
+	single
+	batches int
+}
+
+func (b *both) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error) {
+	b.batches++
+	for i, m := range ms {
+		errs[i] = b.single.Write(ctx, m)
+	}
+}
+
+// TestWriteBatchOfOneIsWrite: a batch of one message goes through Write,
+// where a sink gathers concurrent writes into one request (the topic
+// sink's Publish); larger batches go through WriteBatch.
+func TestWriteBatchOfOneIsWrite(t *testing.T) {
+	b := &both{}
+	errs := make([]error, 2)
+	sink.WriteBatch(context.Background(), b, []*sink.Message{{ID: "a"}}, errs[:1])
+	if b.batches != 0 || len(b.written) != 1 {
+		t.Fatalf("a batch of one: %d WriteBatch calls, written %v; want one Write", b.batches, b.written)
+	}
+	sink.WriteBatch(context.Background(), b, []*sink.Message{{ID: "b"}, {ID: "c"}}, errs)
+	if b.batches != 1 || len(b.written) != 3 {
+		t.Fatalf("a batch of two: %d WriteBatch calls, written %v; want one WriteBatch", b.batches, b.written)
+	}
+}
