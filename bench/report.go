@@ -159,8 +159,8 @@ var sectionsText = []sectionText{
 			"path hands over what has arrived as soon as a stream is idle; the `--batch-wait 5ms` row makes an idle stream " +
 			"wait up to 5 ms for more. Ratios: this row ÷ the relay floor's."},
 	{"unusable", "5c. Unusable messages without a dead-letter topic: the good ones are not held up",
-		"Run with the pipeline section. Through the binary: a fresh broker as in sections 2–4, the section's events published " +
-			"first (no copies, no redeliveries), each with an event time in a `ts` attribute, and `dedupflow pipeline " +
+		"Run with the pipeline section. Through the binary: a fresh broker as in sections 2–4, 1,000 events (a batch's worth) " +
+			"published first (no copies, no redeliveries), each with an event time in a `ts` attribute, and `dedupflow pipeline " +
 			"--timestamp-attribute ts` with the memory store and no dead-letter topic; in one of the two workloads every " +
 			"10th event's `ts` is not a time. Such a message cannot be judged and has nowhere to go, so it is nacked with a " +
 			"delay and never emitted; the run is timed from the first delivery until every good event is in the output and " +
