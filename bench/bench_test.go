@@ -234,3 +234,31 @@ func TestOverlappingScrapesShareOneConnection(t *testing.T) {
 		t.Fatalf("two overlapping scrapes opened %d connections to the broker, want 1", n)
 	}
 }
+
+// TestUnusableEventsAreNotExpected: a workload with malformed event times
+// marks every 10th event, and the check wants exactly the others, once.
+func TestUnusableEventsAreNotExpected(t *testing.T) {
+	wl := workload{events: 30, stamp: 1, unusableEvery: 10, keyPrefix: "k"}
+	msgs := wl.plan()
+	if n := wl.unusableIn(msgs); n != 3 || wl.good() != 27 {
+		t.Fatalf("%d unusable messages and %d good events; want 3 and 27", n, wl.good())
+	}
+	seen := map[string]int{}
+	for _, m := range msgs {
+		a := wl.attrs(m)
+		if wl.unusable(m.event) != (a[attrTime] == "not-a-time") || a[attrTime] == "" {
+			t.Fatalf("event %d: ts %q", m.event, a[attrTime])
+		}
+		if !wl.unusable(m.event) {
+			seen[a[attrKey]] = 1
+		}
+	}
+	if _, err := verifyOutputs(wl, seen, 0, false); err != nil {
+		t.Fatalf("the good events once: %v", err)
+	}
+	seen[wl.key(9)] = 1 // an unusable event emitted
+	var ce *correctnessError
+	if _, err := verifyOutputs(wl, seen, 0, true); !errors.As(err, &ce) {
+		t.Fatalf("an unusable event in the output passed: %v", err)
+	}
+}

@@ -39,7 +39,7 @@ func (e *env) benchLatency(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cs := []consumer{relayFloorConsumer(floorBin, nameFloor, "batched"),
+	cs := []consumer{relayFloorConsumer(floorBin, nameFloor, "client", "batched"),
 		named(dedupflowConsumer(bin, "mem store", memState), nameMem),
 		named(dedupflowConsumer(bin, "mem store client", memState, client...), nameMemClient),
 		named(dedupflowConsumer(bin, "mem store wait", memState, "--batch-wait", "5ms"), nameMemWait)}

@@ -181,6 +181,7 @@ func measurePipeline(ctx context.Context, c consumer, replicas int, wl workload,
 	r, cl, env, in, outSub := run.rig, run.client, run.env, run.in, run.outSub
 	msgs := wl.plan()
 	total, _, _ := counts(msgs)
+	usable := total - wl.unusableIn(msgs) // the rest are never acked: nothing can judge them
 	if err := wl.publish(ctx, cl, in.String(), msgs); err != nil {
 		return pipeSample{}, err
 	}
@@ -236,7 +237,7 @@ func measurePipeline(ctx context.Context, c consumer, replicas int, wl workload,
 	for {
 		acked, f, lastAck := r.inj.progress()
 		uniq, lastOut := col.unique()
-		if acked >= total && uniq >= wl.events {
+		if acked >= usable && uniq >= wl.good() {
 			first, end = f, lastAck
 			if lastOut.After(end) {
 				end = lastOut
@@ -251,7 +252,7 @@ func measurePipeline(ctx context.Context, c consumer, replicas int, wl workload,
 		if time.Now().After(deadline) {
 			return pipeSample{}, errors.Join(&correctnessError{fmt.Sprintf(
 				"%s: after %v, %d of %d input messages acked and %d of %d events in the output (lost or stuck)",
-				c.name, timeout, acked, total, uniq, wl.events)}, stopCollector())
+				c.name, timeout, acked, usable, uniq, wl.good())}, stopCollector())
 		}
 		select {
 		case <-ctx.Done():
@@ -314,25 +315,29 @@ func measurePipeline(ctx context.Context, c consumer, replicas int, wl workload,
 	return s, nil
 }
 
-// verifyOutputs checks that every event's key came out exactly once and
-// nothing else came out. With leaky, keys that came out more than once
+// verifyOutputs checks that every usable event's key came out exactly once
+// and nothing else came out. With leaky, keys that came out more than once
 // are only counted.
 func verifyOutputs(wl workload, seen map[string]int, unknown int, leaky bool) (leakedKeys int, err error) {
-	var leaked, lost []string
+	var leaked, lost, judged []string
 	for e := 0; e < wl.events; e++ {
 		switch n := seen[wl.key(e)]; {
+		case wl.unusable(e):
+			if n > 0 {
+				judged = append(judged, wl.key(e))
+			}
 		case n == 0:
 			lost = append(lost, wl.key(e))
 		case n > 1:
 			leaked = append(leaked, fmt.Sprintf("%s×%d", wl.key(e), n))
 		}
 	}
-	if leaky && len(lost) == 0 && unknown == 0 && len(seen) == wl.events {
+	if leaky && len(lost) == 0 && len(judged) == 0 && unknown == 0 && len(seen) == wl.good() {
 		return len(leaked), nil
 	}
-	if len(leaked) > 0 || len(lost) > 0 || unknown > 0 || len(seen) != wl.events {
-		return len(leaked), &correctnessError{fmt.Sprintf("%d duplicates leaked %v, %d events lost %v, %d outputs without a key, %d distinct keys for %d events",
-			len(leaked), firstFew(leaked), len(lost), firstFew(lost), unknown, len(seen), wl.events)}
+	if len(leaked) > 0 || len(lost) > 0 || len(judged) > 0 || unknown > 0 || len(seen) != wl.good() {
+		return len(leaked), &correctnessError{fmt.Sprintf("%d duplicates leaked %v, %d events lost %v, %d unusable events emitted %v, %d outputs without a key, %d distinct keys for %d usable events",
+			len(leaked), firstFew(leaked), len(lost), firstFew(lost), len(judged), firstFew(judged), unknown, len(seen), wl.good())}
 	}
 	return 0, nil
 }
@@ -387,13 +392,14 @@ func lastLogLine(c *child, msg string) counters {
 
 // relayFloorConsumer runs bench/relayfloor: the least work a dedup relay on
 // the official client can do, the floor the pipeline's CPU is held to.
-// publish is its --publish mode.
-func relayFloorConsumer(bin, name, publish string) consumer {
+// receiver and publish are its --receiver and --publish modes.
+func relayFloorConsumer(bin, name, receiver, publish string) consumer {
 	return consumer{
 		name: name,
 		start: func(ctx context.Context, env runEnv) (*child, error) {
-			return startChild("relayfloor", filepath.Join(env.dir, fmt.Sprintf("relayfloor-%s-%d.log", publish, env.replica)), env.dir,
-				[]string{"PUBSUB_EMULATOR_HOST=" + env.brokerAddr}, bin, "--publish", publish,
+			log := fmt.Sprintf("relayfloor-%s-%s-%d.log", receiver, publish, env.replica)
+			return startChild("relayfloor", filepath.Join(env.dir, log), env.dir,
+				[]string{"PUBSUB_EMULATOR_HOST=" + env.brokerAddr}, bin, "--receiver", receiver, "--publish", publish,
 				"--project", benchProject, "--subscription", env.inSub.ID, "--topic", env.outTopic.ID, "--key", attrKey)
 		},
 		stats: func(c *child) counters { return lastLogLine(c, "relay stopped") },

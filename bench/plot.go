@@ -26,6 +26,7 @@ func (e *env) writePlots(dir string) error {
 		"pipeline": "Dedup throughput by share of republished copies",
 		"memory":   "Memory per live key",
 		"cpu":      "CPU per message in: dedupflow vs the relay floor",
+		"unusable": "Unusable messages without a dead-letter topic: time until the good ones are out",
 		"replicas": "Replicas on a 3-master Redis Cluster (2 cores: cost, not speedup)",
 		"redis":    "Redis: claims of new keys",
 		"soak":     "Soak: resident memory while the pipeline is stopped and killed on a schedule",

@@ -143,6 +143,10 @@ var sectionsText = []sectionText{
 			"(a key is marked seen before its output is written), so the copies it lets through are counted, not failed; " +
 			"a lost message still fails the run. The Redis store's row counts the pipeline process only; the redis-server " +
 			"row beside it is the bench's own server's CPU (`/proc/PID/stat`) over the same runs. Ratios: this row ÷ the floor. " +
+			"The **batch relay floor** is the same relay on the pipeline's own receiver (`relayfloor --receiver batch`): " +
+			"`pubsubio/pull` (StreamingPull on the low-level API) hands it a batch at a time, the batch's first copies go " +
+			"out in one Publish RPC, and the batch is acked once that is confirmed; the default (batch) path's rows name " +
+			"their ratio to it in their notes. " +
 			"Where a target is missed, `bench/notes.md` says where the profile puts the difference."},
 	{"latency", "5b. Latency from publish to output: the batch path vs the client path vs the relay floor",
 		"Each run starts a fresh in-memory dedupflow broker in the bench process and the consumer as a child process, as " +
@@ -154,6 +158,16 @@ var sectionsText = []sectionText{
 			"are well below every contender's capacity, where a batching reader could only lose. By default the batch " +
 			"path hands over what has arrived as soon as a stream is idle; the `--batch-wait 5ms` row makes an idle stream " +
 			"wait up to 5 ms for more. Ratios: this row ÷ the relay floor's."},
+	{"unusable", "5c. Unusable messages without a dead-letter topic: the good ones are not held up",
+		"Run with the pipeline section. Through the binary: a fresh broker as in sections 2–4, 1,000 events (a batch's worth) " +
+			"published first (no copies, no redeliveries), each with an event time in a `ts` attribute, and `dedupflow pipeline " +
+			"--timestamp-attribute ts` with the memory store and no dead-letter topic; in one of the two workloads every " +
+			"10th event's `ts` is not a time. Such a message cannot be judged and has nowhere to go, so it is nacked with a " +
+			"delay and never emitted; the run is timed from the first delivery until every good event is in the output and " +
+			"acked, and the output must hold each good event exactly once and none of the others. The two workloads run " +
+			"one after the other in each run. In process: `BenchmarkPassBatchUnusable` of `internal/gate`, run by the bench " +
+			"with `go test`: one `PassBatch` of 1,000 messages, clean or with 40 whose event time is malformed. " +
+			"Ratios: this row ÷ the named row."},
 	{"replicas", "6. Replicas on a Redis Cluster",
 		"1, 2 and 4 `dedupflow pipeline` processes on one subscription of the bench's broker, sharing their horizon in a " +
 			"Redis Cluster of three masters that the bench starts (`redis-server --cluster-enabled yes`, joined by " +

@@ -126,7 +126,10 @@ const (
 	nameNATS         = "NATS JetStream Nats-Msg-Id (publish side)"
 	nameFloor        = "relay floor (official client, seen-map, not crash-safe)"
 	nameFloorClient  = "relay floor with the client's Publisher"
-	nameRedisServer  = "redis-server, beside the Redis store row"
+	// nameFloorBatch is the relay floor on the pipeline's own receiver
+	// (pubsubio/pull, a batch at a time): the floor of the default path.
+	nameFloorBatch  = "batch relay floor (pubsubio/pull, seen-map, not crash-safe)"
+	nameRedisServer = "redis-server, beside the Redis store row"
 	// The official client's Receive, one message at a time (--receiver
 	// client), beside each store's row of the default batch path.
 	nameMemClient   = "dedupflow pipeline (mem store, --receiver client)"
@@ -157,8 +160,9 @@ func (e *env) benchPipelines(ctx context.Context) error {
 		allDups bool // every ratio, or 30% only
 	}
 	var cs []entry
-	cs = append(cs, entry{relayFloorConsumer(floorBin, nameFloor, "batched"), true},
-		entry{relayFloorConsumer(floorBin, nameFloorClient, "client"), false})
+	cs = append(cs, entry{relayFloorConsumer(floorBin, nameFloor, "client", "batched"), true},
+		entry{relayFloorConsumer(floorBin, nameFloorClient, "client", "client"), false},
+		entry{relayFloorConsumer(floorBin, nameFloorBatch, "batch", "batched"), false})
 	cs = append(cs, entry{named(dedupflowConsumer(bin, "mem store", memState), nameMem), true},
 		entry{named(dedupflowConsumer(bin, "disk store", diskState), nameDisk), false},
 		entry{named(dedupflowConsumer(bin, "mem store client", memState, client...), nameMemClient), false},
@@ -273,7 +277,7 @@ func (e *env) benchPipelines(ctx context.Context) error {
 	}
 	for _, ratio := range e.cfg.ratios {
 		group := ratioLabel(ratio)
-		for _, name := range []string{nameFloor, nameFloorClient, nameMem, nameMemClient, nameDisk, nameDiskClient, nameRedis, nameRedisClient,
+		for _, name := range []string{nameFloor, nameFloorClient, nameFloorBatch, nameMem, nameMemClient, nameDisk, nameDiskClient, nameRedis, nameRedisClient,
 			nameBento, nameBentoBatched, nameNATS} {
 			v := values[[2]string{group, name}]
 			if len(v) == 0 {
@@ -285,7 +289,7 @@ func (e *env) benchPipelines(ctx context.Context) error {
 			case name == nameNATS:
 				r.count = strings.Split(counts[group], " +")[0] + ", published (no redeliveries on the publish side)"
 				r.peer = nameMem
-			case name == nameFloor || name == nameFloorClient:
+			case name == nameFloor || name == nameFloorClient || name == nameFloorBatch:
 				r.peer = nameMem
 			case clientOf[name] != "":
 				r.peer = clientOf[name]
@@ -305,7 +309,7 @@ func (e *env) benchPipelines(ctx context.Context) error {
 		}
 		e.logf("profiles and their summary: %s", path)
 	}
-	return nil
+	return e.benchUnusable(ctx, bin, quiet)
 }
 
 // countsOf is the size of a workload without keeping its plan.

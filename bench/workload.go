@@ -15,6 +15,7 @@ const (
 	attrSeq       = "seq"       // the logical event's number
 	attrCopy      = "copy"      // 0 on the first message, 1 on a republished copy
 	attrRedeliver = "redeliver" // "1": the injector turns this message's first ack into a nack
+	attrTime      = "ts"        // the event time, when the workload has one (workload.stamp)
 )
 
 // workload is one benchmark input: events logical events, a dupRatio share
@@ -33,6 +34,35 @@ type workload struct {
 	spread         int
 	seed           uint64
 	keyPrefix      string // unique per run, so a shared Redis never sees a key twice
+	// stamp, if set, is every message's event time in attrTime (ms since
+	// the epoch); every unusableEvery-th event carries one that is not a
+	// time instead, which no pipeline told to read it can judge.
+	stamp         int64
+	unusableEvery int
+}
+
+// unusable says whether event e carries a malformed event time.
+func (w workload) unusable(e int) bool {
+	return w.unusableEvery > 0 && e%w.unusableEvery == w.unusableEvery-1
+}
+
+// good is the number of events a correct pipeline emits.
+func (w workload) good() int {
+	if w.unusableEvery <= 0 {
+		return w.events
+	}
+	return w.events - w.events/w.unusableEvery
+}
+
+// unusableIn counts the messages of a plan that carry a malformed event time.
+func (w workload) unusableIn(msgs []wmsg) int {
+	n := 0
+	for _, m := range msgs {
+		if w.unusable(m.event) {
+			n++
+		}
+	}
+	return n
 }
 
 // wmsg is one message of a workload.
@@ -105,6 +135,12 @@ func (w workload) attrs(m wmsg) map[string]string {
 	a := map[string]string{attrKey: w.key(m.event), attrSeq: strconv.Itoa(m.event), attrCopy: strconv.Itoa(m.copy)}
 	if m.redeliver {
 		a[attrRedeliver] = "1"
+	}
+	switch {
+	case w.unusable(m.event):
+		a[attrTime] = "not-a-time"
+	case w.stamp != 0:
+		a[attrTime] = strconv.FormatInt(w.stamp, 10)
 	}
 	return a
 }
