@@ -5,7 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dedupflow/dedupflow/internal/testenv"
 )
 
 // TestNotPubSubServer: every command pointed by PUBSUB_EMULATOR_HOST at a
@@ -81,7 +83,7 @@ func TestInterruptWhileServerHangs(t *testing.T) {
 	if err := broker.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitHung(t, addr)
+	waitStopped(t, broker.Process.Pid)
 	go func() {
 		for lines.Scan() { // keep the pipe drained
 		}
@@ -105,22 +107,24 @@ func TestInterruptWhileServerHangs(t *testing.T) {
 	}
 }
 
-// waitHung waits until a new connection to addr gets no answer: the
-// stopped broker's kernel still accepts it, so a publish in flight hangs
-// rather than failing.
-func waitHung(t *testing.T, addr string) {
+// waitStopped waits until the process pid is stopped (SIGSTOP takes
+// effect when the kernel next schedules it): its connections stay open and
+// nothing answers on them.
+func waitStopped(t *testing.T, pid int) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatalf("dial the stopped broker: %v", err)
-	}
-	defer c.Close()
-	_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	if _, err := c.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	var b [1]byte
-	if _, err := c.Read(b[:]); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("the stopped broker answered: %v", err)
+	stat := fmt.Sprintf("/proc/%d/stat", pid)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			testenv.Cannot(t, "this test reads the process state from /proc: "+err.Error())
+		}
+		// The state follows the command's name, in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the broker is not stopped 10 s after SIGSTOP: %s", b)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
