@@ -45,6 +45,8 @@ func speaksGRPC(ctx context.Context, conn net.Conn) error {
 		return nil
 	case bytes.HasPrefix(head, []byte("HTTP/")):
 		return fmt.Errorf("it answers in HTTP/1 (%q), not gRPC: a web server, not a Pub/Sub emulator", head)
+	case bytes.HasPrefix(head, []byte("<")): // an HTML page without a status line (HTTP/0.9)
+		return fmt.Errorf("it answers with a web page (%q), not gRPC: a web server, not a Pub/Sub emulator", head)
 	case n > 0:
 		return fmt.Errorf("it answers %q, not the HTTP/2 of gRPC", head)
 	case ctx.Err() != nil:
