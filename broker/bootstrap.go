@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
@@ -85,14 +86,14 @@ func ParseResources(data []byte, project string) (*Resources, error) {
 	for i, raw := range lists.Topics {
 		t := &pb.Topic{}
 		if err := protojson.Unmarshal(raw, t); err != nil {
-			return nil, fmt.Errorf("bootstrap: topic %d: %w", i+1, err)
+			return nil, fmt.Errorf("bootstrap: %stopic %d: %s", fileLine(data, err), i+1, fieldError(err))
 		}
 		r.Topics = append(r.Topics, t)
 	}
 	for i, raw := range lists.Subscriptions {
 		s := &pb.Subscription{}
 		if err := protojson.Unmarshal(raw, s); err != nil {
-			return nil, fmt.Errorf("bootstrap: subscription %d: %w", i+1, err)
+			return nil, fmt.Errorf("bootstrap: %ssubscription %d: %s", fileLine(data, err), i+1, fieldError(err))
 		}
 		r.Subscriptions = append(r.Subscriptions, s)
 	}
@@ -100,6 +101,34 @@ func ParseResources(data []byte, project string) (*Resources, error) {
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	return r, nil
+}
+
+// jsonPos is the position protojson gives, in the JSON the file was
+// turned into: one line, which is not the file's.
+var jsonPos = regexp.MustCompile(`^proto:[\s\x{a0}]*(\(line \d+:\d+\):\s*)?`)
+
+// errField is the field a protojson error names.
+var errField = regexp.MustCompile(`unknown field "([^"]+)"|field ([A-Za-z_][A-Za-z0-9_]*)`)
+
+// fieldError is a protojson error without its position in the JSON.
+func fieldError(err error) string { return jsonPos.ReplaceAllString(err.Error(), "") }
+
+// fileLine is "line N: " for the first line of the file (YAML or JSON)
+// that sets the field err names, so a typo is found where it was made;
+// empty when no line does.
+func fileLine(data []byte, err error) string {
+	m := errField.FindStringSubmatch(err.Error())
+	if m == nil {
+		return ""
+	}
+	name := m[1] + m[2]
+	key := regexp.MustCompile(`^[\s-]*["']?` + regexp.QuoteMeta(name) + `["']?\s*:`)
+	for i, line := range strings.Split(string(data), "\n") {
+		if key.MatchString(line) {
+			return fmt.Sprintf("line %d: ", i+1)
+		}
+	}
+	return ""
 }
 
 // Qualify turns the short IDs in names, topics and dead-letter topics into

@@ -246,3 +246,19 @@ func TestEnsureOlderSubscription(t *testing.T) {
 		t.Errorf("ensure over an older subscription: %v", err)
 	}
 }
+
+// TestParseResourcesTypoLine: a typo in a bootstrap file is reported at its
+// line in the file, not at a position in the JSON the YAML became.
+func TestParseResourcesTypoLine(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"topics:\n  - name: orders\nsubscriptions:\n  - name: orders-sub\n    topic: orders\n    ackDeadlineSecond: 30\n",
+			`bootstrap: line 6: subscription 1: unknown field "ackDeadlineSecond"`},
+		{"- name: orders\n  labels:\n    team: shop\n- name: orders-sub\n  topic: orders\n  ackDeadlineSeconds: thirty\n",
+			"bootstrap: line 6: subscription 1: "},
+	} {
+		_, err := ParseResources([]byte(tc.file), "shop")
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "(line 1:") {
+			t.Errorf("typo:\n%s\nerror %v, want it to start %q", tc.file, err, tc.want)
+		}
+	}
+}

@@ -171,8 +171,13 @@ func TestPage(t *testing.T) {
 	w := httptest.NewRecorder()
 	con.Handler().ServeHTTP(w, httptest.NewRequest("GET", "http://127.0.0.1:8080/", nil))
 	body := w.Body.String()
-	if w.Code != 200 || !strings.Contains(body, `content="`+con.token+`"`) || !strings.Contains(body, "10m0s") {
+	if w.Code != 200 || !strings.Contains(body, `content="`+con.token+`"`) || !strings.Contains(body, "horizon <strong id=\"horizon\">10m</strong>") {
 		t.Errorf("page: %d, token or horizon missing:\n%s", w.Code, body)
+	}
+	// Message IDs count across topics, as the broker numbers them: the
+	// page says why the output's skip numbers.
+	if !strings.Contains(body, "skip the numbers") {
+		t.Errorf("page: no word on why the output's message IDs skip numbers:\n%s", body)
 	}
 	if csp := w.Header().Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
 		t.Errorf("CSP %q", csp)

@@ -16,6 +16,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"github.com/dedupflow/dedupflow/internal/advice"
 	"github.com/dedupflow/dedupflow/internal/localguard"
 	"github.com/dedupflow/dedupflow/internal/webstatic"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -105,7 +106,7 @@ func (c *Console) index(w http.ResponseWriter, r *http.Request, page *template.T
 		Token: c.token, Input: c.o.InputTopic.ID, Output: c.o.OutputTopic.ID,
 		PipelineSub: c.o.PipelineSubscription.ID, OutputSub: c.o.OutputSubscription.ID,
 		IDAttribute: c.o.IDAttribute, EventTimeAttribute: c.o.EventTimeAttribute,
-		Horizon: c.o.Horizon.String(), MaxKey: limits.AttributeValueBytes, MaxMessage: maxMessageBytes, MaxCopies: maxCopies,
+		Horizon: advice.Short(c.o.Horizon), MaxKey: limits.AttributeValueBytes, MaxMessage: maxMessageBytes, MaxCopies: maxCopies,
 		BrokerPage: c.o.BrokerPage != nil,
 	})
 	if err != nil {

@@ -79,12 +79,13 @@ func CheckTopic(ctx context.Context, c *pubsub.Client, t Name) error {
 	return existence("topic", t, err)
 }
 
-// CheckSubscription is CheckTopic for a subscription. A subscriber without
-// the right to read its metadata (roles/pubsub.subscriber lacks it) cannot
-// tell, and is let through.
-func CheckSubscription(ctx context.Context, c *pubsub.Client, s Name) error {
-	_, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.String()})
-	return existence("subscription", s, err)
+// CheckSubscription is CheckTopic for a subscription, and returns the
+// topic it reads. A subscriber without the right to read its metadata
+// (roles/pubsub.subscriber lacks it) cannot tell, and is let through with
+// an empty topic.
+func CheckSubscription(ctx context.Context, c *pubsub.Client, s Name) (topic string, err error) {
+	sub, err := c.SubscriptionAdminClient.GetSubscription(ctx, &pubsubpb.GetSubscriptionRequest{Subscription: s.String()})
+	return sub.GetTopic(), existence("subscription", s, err)
 }
 
 // existence turns the answer to a Get of a resource into what the checks

@@ -41,15 +41,26 @@ const emulatorVar = "PUBSUB_EMULATOR_HOST"
 const emulatorWait = 10 * time.Second
 
 // checkEmulator tells at start that nothing listens at the emulator's
-// address.
+// address, or that what listens there is not a gRPC server.
 func checkEmulator(parent context.Context, host string) error {
+	if err := checkAddr(host); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(parent, emulatorWait)
 	defer cancel()
 	var d net.Dialer
 	for {
 		conn, err := d.DialContext(ctx, "tcp", host)
 		if err == nil {
-			return conn.Close()
+			err = speaksGRPC(ctx, conn)
+			conn.Close()
+			switch {
+			case parent.Err() != nil:
+				return fmt.Errorf("connect to pubsub: %w", parent.Err())
+			case err != nil:
+				return fmt.Errorf("%s=%s is not a Pub/Sub server: %w; give the host:port of the emulator or dedupflow broker (the broker's --listen, not its console)", emulatorVar, host, err)
+			}
+			return nil
 		}
 		select {
 		case <-parent.Done():

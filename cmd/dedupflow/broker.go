@@ -158,6 +158,9 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 
+	if err := checkPorts([][2]string{{"--listen", cfg.listen}, {"--console", cfg.console}, {"--metrics-addr", cfg.metricsAddr}}); err != nil {
+		return err
+	}
 	b, err := broker.New(broker.Options{DataDir: cfg.dataDir, NoSync: cfg.noSync, Logger: log, Now: time.Now, AllowedHosts: cfg.allowHosts.vals})
 	if err != nil {
 		return err

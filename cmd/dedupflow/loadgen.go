@@ -98,6 +98,8 @@ as its "expected unique keys".
 	switch {
 	case topicName == "":
 		return errors.New("missing --topic")
+	case !given(fs)["count"]:
+		return errors.New("missing --count N: how many logical events to publish")
 	case rate < 0 || math.IsNaN(rate) || math.IsInf(rate, 0):
 		return fmt.Errorf("--rate %v must be a non-negative number", rate)
 	case payloadSize < 0 || payloadSize > maxPayload:
@@ -130,7 +132,7 @@ as its "expected unique keys".
 		rate: rate, maxInFlight: maxInFlight, progress: prog, log: log}
 	start := time.Now()
 	runErr := g.run(ctx)
-	prog.finish()
+	prog.finish(runErr == nil)
 	s := g.summary(pub.String(), idAttr, cfg.seed, time.Since(start), runErr == nil)
 	if err := s.write(stdout, asJSON); err != nil {
 		return errors.Join(runErr, err)
@@ -395,7 +397,7 @@ func (s loadSummary) write(w io.Writer, asJSON bool) error {
 // progress shows acknowledged messages on stderr.
 type progress interface {
 	add(n int)
-	finish()
+	finish(complete bool) // false: the run stopped short
 }
 
 func newProgress(mode string, w io.Writer, total int, every time.Duration) (progress, error) {
@@ -426,13 +428,20 @@ func newProgress(mode string, w io.Writer, total int, every time.Duration) (prog
 
 type noProgress struct{}
 
-func (noProgress) add(int) {}
-func (noProgress) finish() {}
+func (noProgress) add(int)     {}
+func (noProgress) finish(bool) {}
 
 type barProgress struct{ b *progressbar.ProgressBar }
 
 func (p barProgress) add(n int) { _ = p.b.Add(n) }
-func (p barProgress) finish()   { _ = p.b.Finish() }
+func (p barProgress) finish(complete bool) {
+	if complete {
+		_ = p.b.Finish()
+		return
+	}
+	// Finish would fill the bar to 100%: leave it where the run stopped.
+	_ = p.b.Exit()
+}
 
 // lineProgress prints a plain line now and then, for logs and pipes
 // where a redrawn bar would be noise. Its ticker goroutine is stopped and
@@ -465,10 +474,14 @@ func newLineProgress(w io.Writer, total int, every time.Duration) *lineProgress 
 
 func (p *lineProgress) add(n int) { p.n.Add(int64(n)) }
 
-func (p *lineProgress) finish() {
+func (p *lineProgress) finish(complete bool) {
 	close(p.stop)
 	p.wg.Wait()
-	p.line(", done")
+	if complete {
+		p.line(", done")
+		return
+	}
+	p.line(", stopped before the end")
 }
 
 func (p *lineProgress) line(suffix string) {

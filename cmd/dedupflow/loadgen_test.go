@@ -264,7 +264,7 @@ func TestLineProgressStops(t *testing.T) {
 	p.add(4)
 	time.Sleep(20 * time.Millisecond)
 	p.add(6)
-	p.finish()
+	p.finish(true)
 	mu.Lock()
 	defer mu.Unlock()
 	// Periodic lines while running (their counts depend on scheduling),

@@ -171,7 +171,8 @@ func servePush(ctx context.Context, p *pipeline.Pipeline, cfg *jobConfig, log *s
 	if err != nil {
 		return fmt.Errorf("--input-push: %w", err)
 	}
-	endpoint := "http://" + ln.Addr().String() + cfg.push.path
+	// A wildcard address is no place to send pushes: name the loopback.
+	endpoint := "http://" + dialable(ln.Addr().String()) + cfg.push.path
 	o := pipeline.PushOptions{Path: cfg.push.path}
 	if a := cfg.push; a.audience != "" {
 		if o.Verify, err = pushauth.New(ctx, pushauth.Options{JWKS: a.jwks, Audience: a.audience, ServiceAccount: a.serviceAccount}); err != nil {

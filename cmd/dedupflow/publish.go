@@ -14,6 +14,7 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
 )
@@ -36,7 +37,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&file, "file", "", "read the message data from this file")
 	fs.Var(attrs, "attr", "attribute name=value; repeat for more")
 	fs.IntVar(&copies, "copies", 1, "publish the event this many times, as separate messages with the same key")
-	fs.StringVar(&key, "key", "", "the event's key (default: a new UUIDv7)")
+	fs.StringVar(&key, "key", "", "the event's key (default: a new UUIDv7; --key '' publishes without one, as the console's empty Key does)")
 	resolveID := idAttributeVar(fs, &idAttr, "attribute the key is stamped into: the pipeline's and up's --id-attribute")
 	fs.StringVar(&tsAttr, "timestamp-attribute", "", "attribute to stamp the event time into, in ms since the epoch (empty: none)")
 	fs.IntVar(&maxAttempts, "max-attempts", publisher.DefaultMaxAttempts, "attempts per message before giving up")
@@ -70,13 +71,18 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case maxAttempts < 1:
 		return fmt.Errorf("--max-attempts %d must be at least 1", maxAttempts)
 	}
+	// The pipeline's rule for keys, so a key it would refuse is refused
+	// here, before it is published.
+	if err := dedup.CheckKey(key); err != nil {
+		return fmt.Errorf("--key %s: %w", logfmt(key), err)
+	}
 	body := []byte(data)
 	if set["file"] {
 		if body, err = os.ReadFile(file); err != nil {
 			return fmt.Errorf("read --file: %w", err)
 		}
 	}
-	p, _, closePub, err := openPublisher(ctx, project, topicName, publisher.Options{
+	p, raw, closePub, err := openPublisher(ctx, project, topicName, publisher.Options{
 		IDAttribute: idAttr, TimestampAttribute: tsAttr, MaxAttempts: maxAttempts, Logger: log,
 	})
 	if err != nil {
@@ -88,7 +94,34 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		// One event time for all copies: they are one event.
 		e.Time = time.Now()
 	}
+	if set["key"] && key == "" {
+		return publishKeyless(ctx, raw, e, tsAttr, copies, stdout)
+	}
 	return publishCopies(ctx, p, e, copies, stdout)
+}
+
+// publishKeyless publishes e copies times without a key, as a producer
+// that stamps none does: the pipeline counts each as missing its key and
+// dedups it by message ID, so its copies all pass.
+func publishKeyless(ctx context.Context, pub *pubsub.Publisher, e publisher.Event, tsAttr string, copies int, stdout io.Writer) error {
+	attrs := maps.Clone(e.Attributes)
+	if !e.Time.IsZero() {
+		attrs[tsAttr] = strconv.FormatInt(e.Time.UnixMilli(), 10)
+	}
+	for i := 1; i <= copies; i++ {
+		id, err := pub.Publish(ctx, &pubsub.Message{Data: e.Data, Attributes: attrs}).Get(ctx)
+		if err != nil {
+			return fmt.Errorf("copy %d of %d: %w", i, copies, err)
+		}
+		line := "message_id=" + logfmt(id) + " (no key)"
+		if copies > 1 {
+			line += fmt.Sprintf(" copy=%d/%d", i, copies)
+		}
+		if _, err := fmt.Fprintln(stdout, line); err != nil {
+			return fmt.Errorf("write message ID: %w", err)
+		}
+	}
+	return nil
 }
 
 // publishCopies publishes e copies times, one after another as a retrying
@@ -165,11 +198,39 @@ func openPublisher(ctx context.Context, project, topicName string, o publisher.O
 		return nil, nil, nil, err
 	}
 	pub := c.Publisher(topic.String())
-	closeAll := func() { pub.Stop(); c.Close() }
+	closeAll := func() { stopPublisher(ctx, pub); c.Close() }
 	p, err := publisher.New(pub, o)
 	if err != nil {
 		closeAll()
 		return nil, nil, nil, err
 	}
 	return p, pub, closeAll, nil
+}
+
+// stopGiveUp bounds the wait for the client's Stop once the command was
+// stopped (Ctrl-C, SIGTERM).
+const stopGiveUp = time.Second
+
+// stopPublisher stops pub, sending what it holds. Its Stop waits for each
+// message's answer, up to the client's 60 s timeout: after a stop, with a
+// server that does not answer, the command would hang that long, so it
+// waits stopGiveUp and leaves the client's goroutines to the exit. What
+// was not answered counts as not published.
+func stopPublisher(ctx context.Context, pub *pubsub.Publisher) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pub.Stop()
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(stopGiveUp)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }

@@ -132,6 +132,9 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) (err error) {
+	if err := checkPorts([][2]string{{"--console-addr", u.consoleAddr}, {"--broker-addr", u.brokerAddr}, {"--metrics-addr", u.job.metricsAddr}}); err != nil {
+		return err
+	}
 	// The console's port first: when it is taken, up fails before the
 	// broker serves, so there is no server to stop and nothing to log
 	// beside the error (a broker stopped before its server got going

@@ -92,10 +92,21 @@ func (a auditFlags) check() error {
 // exist, so a typo in a flag fails at start rather than after "pipeline
 // running" or as an endless "sink unreachable".
 func checkResources(ctx context.Context, c *pubsub.Client, cfg *jobConfig) error {
+	input := cfg.in // the topic the pipeline reads
 	if !cfg.fromTopic && cfg.push.addr == "" {
-		if err := pubsubio.CheckSubscription(ctx, c, cfg.in); err != nil {
+		topic, err := pubsubio.CheckSubscription(ctx, c, cfg.in)
+		if err != nil {
 			return err
 		}
+		input, _ = pubsubio.TopicName("", topic)
+	}
+	if cfg.out.ID != "" && input == cfg.out {
+		via := ""
+		if !cfg.fromTopic {
+			via = " (through " + cfg.in.String() + ")"
+		}
+		return fmt.Errorf("--output-topic %s is the topic the pipeline reads%s: it would receive its own output again and again; "+
+			"give another output topic (create one: gcloud pubsub topics create %s-deduped) and point the consumers' subscriptions at it", cfg.out, via, cfg.out.ID)
 	}
 	topics := []pubsubio.Name{cfg.out, cfg.deadLetter}
 	if cfg.fromTopic {

@@ -136,11 +136,11 @@ func quantile(caught, late *dto.Histogram, q float64, seen uint64) time.Duration
 }
 
 func (a Advice) text() string {
-	h := short(a.Horizon) + " horizon"
+	h := Short(a.Horizon) + " horizon"
 	if a.Mode == "sliding" {
-		h = short(a.Horizon) + " sliding horizon (each caught copy extends its key; delays are from the latest caught copy)"
+		h = Short(a.Horizon) + " sliding horizon (each caught copy extends its key; delays are from the latest caught copy)"
 	}
-	basis := fmt.Sprintf("%d republished copies over %s", a.Caught+a.Late, short(a.Over.Round(time.Second)))
+	basis := fmt.Sprintf("%d republished copies over %s", a.Caught+a.Late, Short(a.Over.Round(time.Second)))
 	if !a.Enough {
 		return fmt.Sprintf("not enough data for horizon advice: %s, advice needs at least %d", basis, MinCopies)
 	}
@@ -154,17 +154,17 @@ func (a Advice) text() string {
 	case a.Needs999 == 0:
 		b.WriteString("; 99.9% lies past what the audit horizon remembers")
 	case a.Needs999 <= a.Horizon:
-		fmt.Fprintf(&b, "; 99%% came within %s and 99.9%% within %s", short(a.Needs99), short(a.Needs999))
+		fmt.Fprintf(&b, "; 99%% came within %s and 99.9%% within %s", Short(a.Needs99), Short(a.Needs999))
 	default:
-		fmt.Fprintf(&b, "; 99.9%% needs about %s", short(a.Needs999))
+		fmt.Fprintf(&b, "; 99.9%% needs about %s", Short(a.Needs999))
 	}
 	return b.String()
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// short writes a duration the way people say it: 14m, 2.1s, 3h12m.
-func short(d time.Duration) string {
+// Short writes a duration the way people say it: 14m, 2.1s, 3h12m.
+func Short(d time.Duration) string {
 	switch {
 	case d >= time.Hour:
 		d = d.Round(time.Minute)

@@ -93,8 +93,8 @@ func TestShort(t *testing.T) {
 		3 * time.Hour: "3h", 3*time.Hour + 12*time.Minute: "3h12m", 14 * time.Minute: "14m",
 		18*time.Minute + 45*time.Second: "18m45s", 2100 * time.Millisecond: "2.1s", 12 * time.Millisecond: "12ms",
 	} {
-		if got := short(d); got != want {
-			t.Errorf("short(%v) = %q, want %q", d, got, want)
+		if got := Short(d); got != want {
+			t.Errorf("Short(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -127,12 +127,6 @@ type group struct {
 
 func newGroup() *group { return &group{done: make(chan struct{})} }
 
-// pebbleLog sends Pebble's reports to the store's logger.
-type pebbleLog struct{ log *slog.Logger }
-
-func (l pebbleLog) Infof(format string, args ...any)  { l.log.Debug(fmt.Sprintf(format, args...)) }
-func (l pebbleLog) Errorf(format string, args ...any) { l.log.Error(fmt.Sprintf(format, args...)) }
-
 // Fatalf is how Pebble reports a write it could not make (its commit
 // pipeline cannot go on after one): it panics with a fatal, which the
 // writer recovers from as an error; from any other goroutine it ends the
@@ -175,7 +169,7 @@ func openWriter(ctx context.Context, path string, opt Options, s *Store) (*write
 	}
 	o := &pebble.Options{
 		Lock:   lock,
-		Logger: pebbleLog{opt.Logger},
+		Logger: pebbleLog{opt.Logger, newErrorLimit(opt.now)},
 		// A corrupt file is reported here and then returned as an error by
 		// the read that found it; by default Pebble ends the process.
 		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {

@@ -106,7 +106,8 @@ type Options struct {
 	// sweep as they go. Default 1s.
 	SweepEvery time.Duration
 
-	fs vfs.FS // Pebble's file system, for tests that inject faults; nil is the disk
+	fs  vfs.FS           // Pebble's file system, for tests that inject faults; nil is the disk
+	now func() time.Time // the clock of the log's rate limit, for tests; nil is time.Now
 }
 
 // shardBits: 256 shards keep lock contention low with a thousand callers
@@ -135,6 +136,9 @@ var _ dedup.BatchStore = (*Store)(nil)
 func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.now == nil {
+		opt.now = time.Now
 	}
 	if opt.SweepEvery <= 0 {
 		opt.SweepEvery = time.Second

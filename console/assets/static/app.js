@@ -134,6 +134,8 @@
       const v = c[el.dataset.count];
       if (v !== undefined && el.textContent !== String(v)) {
         el.textContent = String(v);
+        // Only counters flash: the advice line changes every second.
+        if (typeof v !== "number") continue;
         el.classList.remove("bump");
         void el.offsetWidth; // restart the highlight
         el.classList.add("bump");
