@@ -108,6 +108,7 @@ func (d *Dedup) Receive(ctx context.Context, in Receiver) error {
 		}
 	}()
 	err := in.Receive(ctx, d.Handle)
+	d.gate.Drain() // the commits still retried
 	if ferr := d.gate.Err(); ferr != nil {
 		return ferr
 	}

@@ -293,6 +293,7 @@ func (p *Pipeline) start(ctx context.Context) (context.Context, func()) {
 	}()
 	return ctx, func() {
 		cancel()
+		p.gate.Drain() // the commits still retried, before the last audit save
 		if saver != nil {
 			saver.Stop()
 		}

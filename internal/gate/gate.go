@@ -128,6 +128,8 @@ type Gate struct {
 	workHealth   *backoff.Tracker // nil unless the work is a dependency
 	rejectHealth *backoff.Tracker
 
+	retries sync.WaitGroup // commits retried apart from the path
+
 	fatalOnce sync.Once
 	fatal     error
 	done      chan struct{}

@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -91,56 +90,79 @@ func (r *run) work() {
 	for _, jb := range failed {
 		r.hold(jb.at, outcome.Retried, p)
 	}
-	g.commit(r.ctx, commits, done)
+	g.commit(commits, done)
 }
 
 // commit records the keys of jobs after their work succeeded (at done),
-// retrying the commits that failed within half the lease: once the lease
-// ends a copy could pass. If the store stays down the inputs are acked all
-// the same — the work is done, and a nack would only do it again — and a
-// copy that slips through carries the key. The retries outlive a shutdown
-// of ctx. They hold the batch's acks, but only while the store is failing,
-// when nothing else can go on either.
-func (g *Gate) commit(ctx context.Context, jobs []job, done time.Time) {
-	deadline := done.Add(g.dd.Lease() / 2)
-	started := done // the first attempt follows the work at once
-	for n := 1; len(jobs) > 0; n++ {
-		ts := make([]dedup.Ticket, len(jobs))
-		for j, jb := range jobs {
-			ts[j] = *jb.t
-		}
-		errs := make([]error, len(jobs))
-		g.dd.CommitBatch(g.by.ctx(), ts, errs)
-		again := jobs[:0:0]
-		var last error
-		for j, err := range errs {
-			if err == nil {
-				continue
-			}
-			if errors.Is(err, dedup.ErrFatal) {
-				g.stop(err)
-				return
-			}
-			again, last = append(again, jobs[j]), err
-		}
-		if len(again) == 0 {
-			g.storeHealth.OK()
-			return
-		}
-		// A store that cannot commit is down as surely as one that cannot
-		// claim: without this, a gate whose batches all sit in these
-		// retries would look ready through a whole outage.
-		g.storeHealth.Fail(started, last)
-		pause := backoff.Delay(n, 100*time.Millisecond, 2*time.Second)
-		if g.now().Add(pause).After(deadline) {
-			g.log.Warn("commit after the "+g.cfg.Work.Name+" succeeded failed; acking, a later copy may pass carrying the key",
-				"keys", len(again), "key", again[0].it.Key, "message_id", again[0].it.In.ID, "err", last)
-			return
-		}
-		_ = backoff.Sleep(context.WithoutCancel(ctx), pause)
-		jobs, started = again, g.now()
+// in one store call. The messages are acked whatever it answers — the work
+// is done, and a nack would only do it again — so the commits that failed
+// are retried apart from the path (see retry), never holding up the batch.
+func (g *Gate) commit(jobs []job, done time.Time) {
+	if again := g.commitOnce(jobs, done); len(again) > 0 {
+		g.retries.Go(func() { g.retry(again, done) })
 	}
 }
+
+// commitOnce commits the keys of jobs (the call made at started) and
+// returns the jobs whose commit failed and is worth retrying.
+func (g *Gate) commitOnce(jobs []job, started time.Time) (again []job) {
+	ts := make([]dedup.Ticket, len(jobs))
+	for j, jb := range jobs {
+		ts[j] = *jb.t
+	}
+	errs := make([]error, len(jobs))
+	g.dd.CommitBatch(g.by.ctx(), ts, errs)
+	var last error
+	for j, err := range errs {
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, dedup.ErrFatal) {
+			g.stop(err)
+			return nil
+		}
+		again, last = append(again, jobs[j]), err
+	}
+	if len(again) == 0 {
+		if len(jobs) > 0 {
+			g.storeHealth.OK()
+		}
+		return nil
+	}
+	// A store that cannot commit is down as surely as one that cannot
+	// claim: without this, a gate whose commits all fail would look ready
+	// through a whole outage.
+	g.storeHealth.Fail(started, last)
+	return again
+}
+
+// retry commits the keys of jobs again, backing off, until they are
+// committed or half the lease after done has passed: once the lease ends a
+// copy could pass. It gives up then (a copy that slips through carries the
+// key) or when the gate stops on a fatal error. Drain waits for it.
+func (g *Gate) retry(jobs []job, done time.Time) {
+	deadline := done.Add(g.dd.Lease() / 2)
+	for n := 1; len(jobs) > 0; n++ {
+		pause := backoff.Delay(n, 100*time.Millisecond, 2*time.Second)
+		if g.now().Add(pause).After(deadline) {
+			g.log.Warn("commit after the "+g.cfg.Work.Name+" succeeded failed; the message was acked, a later copy may pass carrying the key",
+				"keys", len(jobs), "key", jobs[0].it.Key, "message_id", jobs[0].it.In.ID)
+			return
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-g.done:
+			t.Stop()
+			return
+		}
+		jobs = g.commitOnce(jobs, g.now())
+	}
+}
+
+// Drain waits for the commits the gate is still retrying (each ends within
+// half a lease): a front end calls it once it has stopped receiving.
+func (g *Gate) Drain() { g.retries.Wait() }
 
 // release gives up, in one store call, the keys of the jobs whose work
 // failed (errs[j] set; every job's when errs is nil), so those messages can
