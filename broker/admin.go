@@ -85,6 +85,7 @@ func (b *Broker) putSubLocked(id uint64, t *topic, firstSeq uint64, sp *pb.Subsc
 	b.logSub(s)
 	s.notify() // streams and the pusher pick up changed settings
 	b.startPusherLocked(s)
+	b.startExporterLocked(s)
 	return s
 }
 

@@ -158,7 +158,8 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 
-	b, err := broker.New(broker.Options{DataDir: cfg.dataDir, NoSync: cfg.noSync, Logger: log, Now: time.Now, AllowedHosts: cfg.allowHosts.vals})
+	b, err := broker.New(broker.Options{DataDir: cfg.dataDir, NoSync: cfg.noSync, Logger: log, Now: time.Now, AllowedHosts: cfg.allowHosts.vals,
+		Exports: broker.ExportOptionsFromEnv(os.Getenv)})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,408 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
+	"cloud.google.com/go/storage"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dedupflow/dedupflow/limits"
+)
+
+// Export subscriptions (BigQuery and Cloud Storage) are delivered by an
+// exporter of their own, as push subscriptions are by a pusher: a goroutine
+// that leases messages, gathers them into a batch, writes the batch to the
+// destination and only then acknowledges them. A broker killed between
+// the write and the acknowledgement writes those messages again on its next
+// start (at-least-once, as the service); an acknowledged message was
+// written.
+
+// ExportOptions name the servers that export subscriptions write to. Empty
+// fields leave those subscriptions holding their messages, with a state
+// that says why.
+type ExportOptions struct {
+	// StorageHost is the Cloud Storage JSON API that Cloud Storage
+	// subscriptions write objects to: host:port or a URL, as the Go storage
+	// client's STORAGE_EMULATOR_HOST.
+	StorageHost string
+}
+
+// ExportOptionsFromEnv reads ExportOptions from the variables Google's
+// clients read: STORAGE_EMULATOR_HOST.
+func ExportOptionsFromEnv(getenv func(string) string) ExportOptions {
+	return ExportOptions{StorageHost: getenv("STORAGE_EMULATOR_HOST")}
+}
+
+// exportShared is what the export subscriptions of a broker share.
+type exportShared struct {
+	storageOnce sync.Once
+	storage     *storage.Client
+	storageErr  error
+	exportStats map[string]*exportStats // by subscription name; b.mu
+}
+
+func (b *Broker) closeExports() {
+	if b.storage != nil {
+		b.storage.Close()
+	}
+}
+
+// exportState is a destination's state, as both BigQueryConfig.State and
+// CloudStorageConfig.State name it (their numbers differ).
+type exportState int8
+
+const (
+	exportActive exportState = iota
+	exportPermissionDenied
+	exportNotFound
+	exportSchemaMismatch
+)
+
+// exportRetry is how long an exporter waits before it checks again a
+// destination that could not be written.
+const exportRetry = 2 * time.Second
+
+// errDestination is a fault of the destination, which sets the
+// subscription's state: the batch is given back and written once the
+// destination is fixed.
+type destError struct {
+	state exportState
+	err   error
+}
+
+func (e *destError) Error() string { return e.err.Error() }
+func (e *destError) Unwrap() error { return e.err }
+
+// exportDest writes batches to one destination with one configuration.
+type exportDest interface {
+	// check reports whether the destination can be written to; a
+	// *destError says why not.
+	check(ctx context.Context) error
+	// write writes the batch. It returns the indexes of messages that
+	// cannot be written (they follow the subscription's dead-letter
+	// policy) and an error when nothing was written.
+	write(ctx context.Context, batch []delivery) (failed []int, err error)
+	// limits are when a batch is written: a count, a size, an age.
+	limits() (msgs, bytes int, age time.Duration)
+}
+
+// exportStats are what an exporter has done since the broker started, for
+// the /broker page and the metrics.
+type exportStats struct {
+	batches  atomic.Int64 // objects written, or appends made
+	messages atomic.Int64 // messages written
+	bytes    atomic.Int64 // message bytes written
+	failed   atomic.Int64 // messages that could not be written (dead-lettered or nacked)
+	errors   atomic.Int64 // batches the destination refused or that failed
+	mu       sync.Mutex
+	state    exportState
+	reason   string // why the state is not active
+}
+
+type exporter struct {
+	b     *Broker
+	s     *subscription
+	wake  chan struct{}
+	stats *exportStats
+	// newDest makes the destination of a configuration.
+	newDest func(sp *pb.Subscription) (exportDest, error)
+}
+
+func (s *subscription) exports() bool {
+	return s.proto.CloudStorageConfig != nil || s.proto.BigqueryConfig != nil
+}
+
+// exportConfig is the part of the subscription that shapes its export; a
+// change restarts the exporter's destination.
+func exportConfig(sp *pb.Subscription) proto.Message {
+	if c := sp.CloudStorageConfig; c != nil {
+		c = proto.Clone(c).(*pb.CloudStorageConfig)
+		c.State = 0
+		return c
+	}
+	if c := sp.BigqueryConfig; c != nil {
+		c = proto.Clone(c).(*pb.BigQueryConfig)
+		c.State = 0
+		return c
+	}
+	return nil
+}
+
+// startExporterLocked starts exporting s if it is an export subscription
+// without an exporter. Exporters stop by themselves once their
+// subscription is deleted or stops exporting, and with the broker.
+func (b *Broker) startExporterLocked(s *subscription) {
+	if b.replaying || s.exporter != nil || s.deleted() || !s.exports() {
+		return
+	}
+	select {
+	case <-b.closing:
+		return
+	default:
+	}
+	e := &exporter{b: b, s: s, wake: make(chan struct{}, 1), stats: b.exportStatsLocked(s.proto.Name), newDest: b.newExportDest}
+	s.exporter = e
+	s.waiters[e.wake] = struct{}{}
+	b.wg.Add(1)
+	go e.run()
+}
+
+func (e *exporter) activeLocked() bool {
+	select {
+	case <-e.b.closing:
+		return false
+	default:
+	}
+	return !e.s.deleted() && e.s.exports() && e.s.exporter == e
+}
+
+func (e *exporter) run() {
+	b, s := e.b, e.s
+	defer b.wg.Done()
+	var (
+		batch   []delivery
+		size    int
+		first   int64 // when the batch's first message was leased, broker clock
+		cfg     proto.Message
+		dest    exportDest
+		blocked bool // the destination's last check or write failed
+	)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		wait := time.Duration(-1) // until woken
+		b.mu.Lock()
+		if !e.activeLocked() {
+			e.giveBackLocked(batch)
+			delete(s.waiters, e.wake)
+			if s.exporter == e {
+				s.exporter = nil
+			}
+			b.mu.Unlock()
+			return
+		}
+		if c := exportConfig(s.proto); !proto.Equal(c, cfg) {
+			e.giveBackLocked(batch)
+			batch, size, cfg, dest = batch[:0], 0, c, nil
+		}
+		sp := s.proto
+		b.mu.Unlock()
+
+		if dest == nil || blocked {
+			var err error
+			if dest == nil {
+				dest, err = e.newDest(sp)
+			}
+			if err == nil {
+				err = dest.check(b.pushCtx)
+			}
+			blocked = err != nil
+			e.setState(err)
+		}
+		if !blocked {
+			maxMsgs, maxBytes, maxAge := dest.limits()
+			if room := maxMsgs - len(batch); room > 0 && size < maxBytes {
+				b.mu.Lock()
+				now := b.nowNanos()
+				b.fireTimersLocked(now)
+				deadline := time.Duration(s.proto.AckDeadlineSeconds) * time.Second
+				n := len(batch)
+				batch = b.deliverLocked(s, min(room, 1000), min(maxBytes-size, limits.RequestBytes), deadline, nil, batch)
+				if n == 0 && len(batch) > 0 {
+					first = now
+				}
+				ts := s.transforms
+				b.mu.Unlock()
+				if ts != nil && len(batch) > n {
+					batch = append(batch[:n], b.transformDeliveries(s, ts, batch[n:])...)
+				}
+				for _, d := range batch[n:] {
+					size += len(d.m.data())
+				}
+			}
+			age := time.Duration(b.nowNanos() - first)
+			switch {
+			case len(batch) == 0:
+			case len(batch) >= maxMsgs || size >= maxBytes || age >= maxAge:
+				err := e.flush(dest, batch)
+				e.setState(err)
+				blocked = err != nil
+				batch, size = batch[:0], 0
+				continue
+			default:
+				// The broker's clock may be a test's: look again soon
+				// rather than trusting a timer for the whole age.
+				wait = min(maxAge-age, 100*time.Millisecond)
+			}
+		}
+		if blocked {
+			wait = exportRetry
+		}
+		if wait >= 0 {
+			timer.Reset(wait)
+		}
+		select {
+		case <-e.wake:
+		case <-timer.C:
+		case <-b.closing:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// flush writes a batch and settles its leases: written messages are
+// acknowledged, those the destination refused one by one are nacked (to
+// their dead-letter policy), and a batch that was not written at all is
+// given back without counting the attempt.
+func (e *exporter) flush(dest exportDest, batch []delivery) error {
+	b, s := e.b, e.s
+	b.mu.Lock()
+	now := b.nowNanos()
+	deadline := int64(time.Duration(s.proto.AckDeadlineSeconds) * time.Second)
+	live := batch[:0]
+	for _, d := range batch {
+		// Messages whose lease ended (a seek, an expiry) are not written:
+		// they are queued again already.
+		if l := s.leases[d.ackID]; l != nil && !l.backoff {
+			l.at = now + deadline // the write gets a whole ack deadline
+			b.timers.fix(l)
+			live = append(live, d)
+		}
+	}
+	b.mu.Unlock()
+	if len(live) == 0 {
+		return nil
+	}
+	failed, err := dest.write(b.pushCtx, live)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		e.stats.errors.Add(1)
+		e.giveBackLocked(live)
+		if b.pushCtx.Err() == nil {
+			b.log.Warn("export failed; its messages are kept and written again", "subscription", s.proto.Name, "messages", len(live), "err", err)
+		}
+		return err
+	}
+	bad := make(map[int]bool, len(failed))
+	for _, i := range failed {
+		bad[i] = true
+	}
+	now = b.nowNanos()
+	for i, d := range live {
+		l := s.leases[d.ackID]
+		if l == nil || l.backoff {
+			continue // written, but its lease ended: it may be written again
+		}
+		if bad[i] {
+			e.stats.failed.Add(1)
+			b.nackLocked(l, now)
+			continue
+		}
+		e.stats.messages.Add(1)
+		e.stats.bytes.Add(int64(len(d.m.data())))
+		b.ackLeaseLocked(l)
+	}
+	e.stats.batches.Add(1)
+	return nil
+}
+
+// giveBackLocked ends the leases of a batch that was not written; the
+// messages are queued again as they were, the attempt not counted.
+func (e *exporter) giveBackLocked(batch []delivery) {
+	for _, d := range batch {
+		l := e.s.leases[d.ackID]
+		if l == nil || l.backoff {
+			continue
+		}
+		e.b.endLeaseLocked(l)
+		l.it.attempts--
+		e.b.requeueLocked(e.s, l.it)
+	}
+}
+
+// setState records the outcome of a check or a write: the subscription
+// shows the state, and a change is logged once.
+func (e *exporter) setState(err error) {
+	st, reason := exportActive, ""
+	if err != nil {
+		st, reason = exportNotFound, err.Error()
+		var de *destError
+		if errors.As(err, &de) {
+			st = de.state
+		}
+	}
+	e.stats.mu.Lock()
+	changed := st != e.stats.state || reason != e.stats.reason
+	e.stats.state, e.stats.reason = st, reason
+	e.stats.mu.Unlock()
+	if !changed {
+		return
+	}
+	b, s := e.b, e.s
+	b.mu.Lock()
+	if s.exporter == e {
+		// The proto is shared with lists being answered: replace it.
+		sp := proto.Clone(s.proto).(*pb.Subscription)
+		setExportState(sp, st)
+		s.proto = sp
+	}
+	b.mu.Unlock()
+	if err != nil {
+		b.log.Warn("export subscription cannot write; it keeps its messages until it can", "subscription", s.proto.Name, "state", stateName(st), "err", err)
+	} else {
+		b.log.Info("export subscription writes", "subscription", s.proto.Name)
+	}
+}
+
+func setExportState(sp *pb.Subscription, st exportState) {
+	if c := sp.CloudStorageConfig; c != nil {
+		c.State = map[exportState]pb.CloudStorageConfig_State{
+			exportActive: pb.CloudStorageConfig_ACTIVE, exportPermissionDenied: pb.CloudStorageConfig_PERMISSION_DENIED,
+			exportNotFound: pb.CloudStorageConfig_NOT_FOUND, exportSchemaMismatch: pb.CloudStorageConfig_SCHEMA_MISMATCH,
+		}[st]
+	}
+	if c := sp.BigqueryConfig; c != nil {
+		c.State = map[exportState]pb.BigQueryConfig_State{
+			exportActive: pb.BigQueryConfig_ACTIVE, exportPermissionDenied: pb.BigQueryConfig_PERMISSION_DENIED,
+			exportNotFound: pb.BigQueryConfig_NOT_FOUND, exportSchemaMismatch: pb.BigQueryConfig_SCHEMA_MISMATCH,
+		}[st]
+	}
+}
+
+func stateName(st exportState) string {
+	return [...]string{"ACTIVE", "PERMISSION_DENIED", "NOT_FOUND", "SCHEMA_MISMATCH"}[st]
+}
+
+// exportStatsLocked returns the stats of the named subscription, kept
+// across its exporter's restarts (a config change) for the page and the
+// metrics.
+func (b *Broker) exportStatsLocked(name string) *exportStats {
+	if b.exportStats == nil {
+		b.exportStats = map[string]*exportStats{}
+	}
+	st := b.exportStats[name]
+	if st == nil {
+		st = &exportStats{}
+		b.exportStats[name] = st
+	}
+	return st
+}
+
+// newExportDest makes the destination of an export subscription.
+func (b *Broker) newExportDest(sp *pb.Subscription) (exportDest, error) {
+	if c := sp.CloudStorageConfig; c != nil {
+		return b.newStorageDest(sp.Name, c)
+	}
+	return nil, &destError{state: exportNotFound, err: errors.New("BigQuery subscriptions are not supported by this broker yet")}
+}
