@@ -75,7 +75,7 @@ type auditFlags struct {
 }
 
 // sinkFlags are --sink and the flags of its kinds.
-type sinkFlags struct{ spec, table, onConflict string }
+type sinkFlags struct{ spec, table, onConflict, metadata, fields string }
 
 func (j *jobFlags) register(fs *flag.FlagSet) {
 	n, k, t, s := &j.names, &j.key, &j.time, &j.sink
@@ -92,9 +92,10 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.mode, "horizon-mode", "fixed", "fixed (a key lives --horizon from first sight) or sliding (each caught copy keeps its key another --horizon)")
 	fs.StringVar(&k.missing, "missing-id", "fallback", "a message without the id attribute: fallback (to the message ID), reject (dead-letter) or pass")
 	fs.StringVar(&j.state, "state", "mem", "where the horizon lives: mem, file:PATH (survives restarts) or redis://host:port/db (shared by replicas)")
-	fs.StringVar(&s.spec, "sink", "pubsub", "where survivors go: pubsub (the output topic), stdout (JSON lines) or postgres://… (see --table)")
+	fs.StringVar(&s.spec, "sink", "pubsub", "where survivors go: pubsub (the output topic), stdout (JSON lines), postgres://… or bigquery://PROJECT/DATASET (see --table)")
 	fs.StringVar(&s.table, "table", "events", "table of a database sink")
 	fs.StringVar(&s.onConflict, "on-conflict", "nothing", "database sink, key already written: nothing (keep the first row) or update (last write wins)")
+	s.registerColumns(fs)
 	fs.BoolVar(&j.shadow, "shadow", false, "decide and count duplicates but emit every message")
 	fs.IntVar(&j.maxOutstanding, "max-outstanding", 4000, "messages held at once (per stream, the server hands out at most this many unacked; acks go out every 100 ms, so this bounds throughput)")
 	fs.IntVar(&j.maxBytes, "max-outstanding-bytes", defaultMaxBytes, "payload bytes held at once per stream (bounds memory with large messages)")

@@ -75,6 +75,7 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 		return err
 	}
 	var sub *pubsub.Subscriber // nil: pushes come in instead
+	var subName string
 	mlog := log
 	if cfg.push.addr == "" {
 		var removeSub func()
@@ -85,7 +86,8 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 		defer removeSub()
 		// The pipeline's lines about a message name its subscription as a
 		// field, as log pipelines expect beside message_id.
-		mlog = log.With("subscription", sub.String())
+		subName = sub.String()
+		mlog = log.With("subscription", subName)
 	}
 	st, closeStore, err := openState(ctx, cfg.state, cfg.pipeline.Policy, log)
 	if err != nil {
@@ -96,7 +98,7 @@ func runJob(ctx context.Context, cfg *jobConfig, c *pubsub.Client, stdout io.Wri
 	if err := pc.Validate(); err != nil { // fills the write timeout the sinks are opened with
 		return err
 	}
-	sink, closeSink, err := openSink(ctx, cfg.sink, sinkWiring{client: c, topic: cfg.out, timeout: pc.WriteTimeout, stdout: stdout, log: log})
+	sink, closeSink, err := openSink(ctx, cfg.sink, sinkWiring{client: c, topic: cfg.out, timeout: pc.WriteTimeout, stdout: stdout, sub: subName, log: log})
 	if err != nil {
 		return err
 	}

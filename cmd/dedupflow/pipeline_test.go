@@ -45,6 +45,10 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 		{[]string{"--sink", "postgres://u:secret@db/x", "--output-topic", "out"}, "not --sink postgres://u:xxxxx@db/x"},
 		{[]string{"--sink", "postgres://u@db/x", "--on-conflict", "replace"}, "want nothing or update"},
 		{[]string{"--sink", "kafka"}, `unknown --sink "kafka"`},
+		{[]string{"--sink", "stdout", "--metadata-columns", "none"}, "--metadata-columns applies to table sinks only, not --sink stdout"},
+		{[]string{"--output-topic", "out", "--fields", "a"}, "--fields applies to table sinks only, not --sink pubsub"},
+		{[]string{"--sink", "bigquery://p/d", "--on-conflict", "update"}, "--on-conflict applies to --sink postgres only, not --sink bigquery://p/d"},
+		{[]string{"--sink", "bigquery://p/d", "--metadata-columns", "key,bogus"}, `--metadata-columns: unknown metadata column "bogus"`},
 		// How messages are pulled.
 		{[]string{"--sink", "stdout", "--receiver", "fast"}, `unknown --receiver "fast": want client or batch`},
 		{[]string{"--sink", "stdout", "--streams", "0"}, "--streams 0 must be at least 1"},

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,9 +13,13 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 
+	bqenv "github.com/dedupflow/dedupflow/internal/bigquery"
 	"github.com/dedupflow/dedupflow/internal/redact"
+	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink"
+	"github.com/dedupflow/dedupflow/sink/bigquery"
+	"github.com/dedupflow/dedupflow/sink/columns"
 	"github.com/dedupflow/dedupflow/sink/postgres"
 	"github.com/dedupflow/dedupflow/sink/stdout"
 	"github.com/dedupflow/dedupflow/sink/topic"
@@ -25,6 +31,8 @@ type sinkSpec struct {
 	url        string // --sink, for the postgres sink
 	table      string // --table, for the postgres sink
 	onConflict postgres.OnConflict
+	metadata   columns.Metadata // for the table sinks
+	fields     []string         // JSON fields written as columns, for the table sinks
 }
 
 // sinkWiring is what a sink is opened with.
@@ -33,6 +41,7 @@ type sinkWiring struct {
 	topic   pubsubio.Name // --output-topic, for the pubsub sink
 	timeout time.Duration // one write's bound
 	stdout  io.Writer     // for --sink stdout; nil means os.Stdout
+	sub     string        // the input subscription's full name, for the subscription_name column
 	log     *slog.Logger
 }
 
@@ -41,6 +50,7 @@ const (
 	sinkPubSub   = "pubsub"
 	sinkStdout   = "stdout"
 	sinkPostgres = "postgres"
+	sinkBigQuery = "bigquery"
 )
 
 // sinkKind tells which sink --sink names.
@@ -52,8 +62,10 @@ func sinkKind(spec string) (string, error) {
 		return sinkStdout, nil
 	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
 		return sinkPostgres, nil
+	case strings.HasPrefix(spec, "bigquery://"):
+		return sinkBigQuery, nil
 	}
-	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout or a postgres:// URL", sinkLabel(spec))
+	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout, a postgres:// URL or bigquery://PROJECT/DATASET", sinkLabel(spec))
 }
 
 // openSink opens the sink named by --sink. The returned func stops it,
@@ -69,6 +81,13 @@ func openSink(ctx context.Context, s sinkSpec, w sinkWiring) (sink.Sink, func(),
 			out = os.Stdout
 		}
 		return stdout.New(out), func() {}, nil
+	case sinkBigQuery:
+		bs, err := bigquery.Open(ctx, s.url, bigquery.Options{Table: s.table, Metadata: s.metadata, Fields: s.fields,
+			Subscription: w.sub, Endpoints: bqenv.EndpointsFromEnv(), Logger: w.log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--sink bigquery: %w", err)
+		}
+		return bs, bs.Close, nil
 	default:
 		o := postgres.Options{Table: s.table, OnConflict: s.onConflict, Logger: w.log}
 		if w.timeout > 0 {
@@ -88,3 +107,39 @@ func openSink(ctx context.Context, s sinkSpec, w sinkWiring) (sink.Sink, func(),
 // sinkLabel is --sink as logs may show it: a database URL without its
 // password.
 func sinkLabel(spec string) string { return redact.URL(spec) }
+
+// tableSink reports whether kind writes rows of columns, and so reads
+// --metadata-columns and --fields.
+func tableSink(kind string) bool { return kind == sinkBigQuery }
+
+func (s *sinkFlags) registerColumns(fs *flag.FlagSet) {
+	fs.StringVar(&s.metadata, "metadata-columns", "all", "table sinks: metadata columns written, all, none or a list of key (named as --output-id-attribute), message_id, publish_time, attributes, data, subscription_name; KIND=COLUMN renames one")
+	fs.StringVar(&s.fields, "fields", "", "table sinks: fields of a JSON payload written to columns of the same names, comma-separated (spanner: default the table's other columns)")
+}
+
+// checkColumns checks --metadata-columns and --fields into s.
+func (j *jobFlags) checkColumns(s *sinkSpec) error {
+	if !tableSink(s.kind) {
+		for _, f := range []string{"metadata-columns", "fields"} {
+			if j.given[f] {
+				return fmt.Errorf("--%s applies to table sinks only, not --sink %s", f, sinkLabel(s.url))
+			}
+		}
+		return nil
+	}
+	key := cmp.Or(j.key.outIDAttr, j.key.idAttr, pipeline.DefaultIDAttribute)
+	var err error
+	if s.metadata, err = columns.Parse(j.sink.metadata, key); err != nil {
+		return fmt.Errorf("--metadata-columns: %w", err)
+	}
+	for f := range strings.SplitSeq(j.sink.fields, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		if s.metadata.Has(f) {
+			return fmt.Errorf("--fields: %q is also a metadata column (see --metadata-columns)", f)
+		}
+		s.fields = append(s.fields, f)
+	}
+	return nil
+}

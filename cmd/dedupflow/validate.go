@@ -55,9 +55,12 @@ func (j *jobFlags) checkSink() (sinkSpec, error) {
 	case s.kind != sinkPubSub && j.names.outTopic != "":
 		return s, fmt.Errorf("--output-topic applies to --sink pubsub only, not --sink %s", sinkLabel(s.url))
 	}
+	if err := j.checkColumns(&s); err != nil {
+		return s, err
+	}
 	if s.kind != sinkPostgres {
 		for _, f := range []string{"table", "on-conflict"} {
-			if j.given[f] {
+			if j.given[f] && !(f == "table" && tableSink(s.kind)) {
 				return s, fmt.Errorf("--%s applies to --sink postgres only, not --sink %s", f, sinkLabel(s.url))
 			}
 		}

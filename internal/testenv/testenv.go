@@ -68,6 +68,17 @@ func StorageEmulatorHost(t testing.TB) string {
 	return need(t, "DEDUPFLOW_STORAGE_EMULATOR_HOST", "a Cloud Storage server (fake-gcs-server)")
 }
 
+// BigQuery is goccy/bigquery-emulator as the BigQuery clients find it:
+// its HTTP and gRPC ports in $BIGQUERY_EMULATOR_HOST and
+// $BIGQUERY_STORAGE_EMULATOR_HOST (the test's process already has them),
+// and the project it serves.
+func BigQuery(t testing.TB) (project string) {
+	t.Helper()
+	need(t, "BIGQUERY_EMULATOR_HOST", "goccy/bigquery-emulator's HTTP port")
+	need(t, "BIGQUERY_STORAGE_EMULATOR_HOST", "goccy/bigquery-emulator's gRPC port")
+	return need(t, "DEDUPFLOW_BIGQUERY_PROJECT", "the project goccy/bigquery-emulator serves (its --project)")
+}
+
 // Chromium is the path of a Chromium binary for browser tests.
 func Chromium(t testing.TB) string { return need(t, "DEDUPFLOW_CHROMIUM", "Chromium") }
 
