@@ -11,6 +11,7 @@ import (
 	"cloud.google.com/go/storage"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/dedupflow/dedupflow/internal/bigquery"
 	"github.com/dedupflow/dedupflow/limits"
 )
 
@@ -30,12 +31,17 @@ type ExportOptions struct {
 	// subscriptions write objects to: host:port or a URL, as the Go storage
 	// client's STORAGE_EMULATOR_HOST.
 	StorageHost string
+	// BigQuery is the BigQuery emulator that BigQuery subscriptions write
+	// to: its REST API (tables) and its gRPC Storage API (appends).
+	BigQuery bigquery.Endpoints
 }
 
-// ExportOptionsFromEnv reads ExportOptions from the variables Google's
-// clients read: STORAGE_EMULATOR_HOST.
+// ExportOptionsFromEnv reads ExportOptions from the variables the
+// emulators' users set: STORAGE_EMULATOR_HOST, BIGQUERY_EMULATOR_HOST and
+// BIGQUERY_STORAGE_EMULATOR_HOST.
 func ExportOptionsFromEnv(getenv func(string) string) ExportOptions {
-	return ExportOptions{StorageHost: getenv("STORAGE_EMULATOR_HOST")}
+	return ExportOptions{StorageHost: getenv("STORAGE_EMULATOR_HOST"),
+		BigQuery: bigquery.Endpoints{REST: getenv(bigquery.EnvREST), Storage: getenv(bigquery.EnvStorage)}}
 }
 
 // exportShared is what the export subscriptions of a broker share.
@@ -44,11 +50,19 @@ type exportShared struct {
 	storage     *storage.Client
 	storageErr  error
 	exportStats map[string]*exportStats // by subscription name; b.mu
+	// deliveryErrors says, for a message an export is dead-lettering, why
+	// it could not be written; set only around that nack, b.mu held.
+	deliveryErrors map[*message]string
+	bqMu           sync.Mutex
+	bqClients      map[string]*bigquery.Client // by project
 }
 
 func (b *Broker) closeExports() {
 	if b.storage != nil {
 		b.storage.Close()
+	}
+	for _, c := range b.bqClients {
+		c.Close()
 	}
 }
 
@@ -83,13 +97,22 @@ type exportDest interface {
 	// check reports whether the destination can be written to; a
 	// *destError says why not.
 	check(ctx context.Context) error
-	// write writes the batch. It returns the indexes of messages that
-	// cannot be written (they follow the subscription's dead-letter
-	// policy) and an error when nothing was written.
-	write(ctx context.Context, batch []delivery) (failed []int, err error)
+	// write writes the batch. It returns an error when nothing was
+	// written, else each message's outcome (nil: all written): a
+	// *rowError for a message that can never be written, which follows
+	// the subscription's dead-letter policy; any other error leaves the
+	// message to be written again.
+	write(ctx context.Context, batch []delivery) ([]error, error)
 	// limits are when a batch is written: a count, a size, an age.
 	limits() (msgs, bytes int, age time.Duration)
+	close()
 }
+
+// rowError is a message that does not fit its destination.
+type rowError struct{ err error }
+
+func (e *rowError) Error() string { return e.err.Error() }
+func (e *rowError) Unwrap() error { return e.err }
 
 // exportStats are what an exporter has done since the broker started, for
 // the /broker page and the metrics.
@@ -184,10 +207,16 @@ func (e *exporter) run() {
 				s.exporter = nil
 			}
 			b.mu.Unlock()
+			if dest != nil {
+				dest.close()
+			}
 			return
 		}
 		if c := exportConfig(s.proto); !proto.Equal(c, cfg) {
 			e.giveBackLocked(batch)
+			if dest != nil {
+				dest.close()
+			}
 			batch, size, cfg, dest = batch[:0], 0, c, nil
 		}
 		sp := s.proto
@@ -283,7 +312,7 @@ func (e *exporter) flush(dest exportDest, batch []delivery) error {
 	if len(live) == 0 {
 		return nil
 	}
-	failed, err := dest.write(b.pushCtx, live)
+	errs, err := dest.write(b.pushCtx, live)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err != nil {
@@ -294,27 +323,53 @@ func (e *exporter) flush(dest exportDest, batch []delivery) error {
 		}
 		return err
 	}
-	bad := make(map[int]bool, len(failed))
-	for _, i := range failed {
-		bad[i] = true
-	}
 	now = b.nowNanos()
 	for i, d := range live {
 		l := s.leases[d.ackID]
 		if l == nil || l.backoff {
 			continue // written, but its lease ended: it may be written again
 		}
-		if bad[i] {
-			e.stats.failed.Add(1)
-			b.nackLocked(l, now)
-			continue
+		var rerr error
+		if errs != nil {
+			rerr = errs[i]
 		}
-		e.stats.messages.Add(1)
-		e.stats.bytes.Add(int64(len(d.m.data())))
-		b.ackLeaseLocked(l)
+		var unfit *rowError
+		switch {
+		case rerr == nil:
+			e.stats.messages.Add(1)
+			e.stats.bytes.Add(int64(len(d.m.data())))
+			b.ackLeaseLocked(l)
+		case errors.As(rerr, &unfit):
+			e.stats.failed.Add(1)
+			e.unfitLocked(l, rerr, now)
+		default:
+			e.stats.errors.Add(1)
+			e.giveBackLocked([]delivery{d})
+		}
 	}
 	e.stats.batches.Add(1)
 	return nil
+}
+
+// unfitLocked handles a message its destination refused: once it has used
+// up the delivery attempts of its dead-letter policy it is dead-lettered
+// with the reason; until then (and for ever without a policy) it stays
+// unacknowledged and is tried again when its ack deadline passes, as a
+// message its subscriber did not acknowledge.
+func (e *exporter) unfitLocked(l *lease, why error, now int64) {
+	b, s := e.b, e.s
+	b.log.Debug("export: a message does not fit its destination", "subscription", s.proto.Name,
+		"message_id", l.it.m.id(), "attempt", l.it.attempts, "err", why)
+	p := s.proto.DeadLetterPolicy
+	if p == nil || l.it.attempts < p.MaxDeliveryAttempts {
+		return
+	}
+	if b.deliveryErrors == nil {
+		b.deliveryErrors = map[*message]string{}
+	}
+	b.deliveryErrors[l.it.m] = why.Error()
+	b.nackLocked(l, now)
+	delete(b.deliveryErrors, l.it.m)
 }
 
 // giveBackLocked ends the leases of a batch that was not written; the
@@ -404,5 +459,5 @@ func (b *Broker) newExportDest(sp *pb.Subscription) (exportDest, error) {
 	if c := sp.CloudStorageConfig; c != nil {
 		return b.newStorageDest(sp.Name, c)
 	}
-	return nil, &destError{state: exportNotFound, err: errors.New("BigQuery subscriptions are not supported by this broker yet")}
+	return b.newBigQueryDest(sp.Name, sp.BigqueryConfig)
 }

@@ -164,7 +164,3 @@ next:
 	}
 	return out, nil
 }
-
-func checkBigQueryConfig(c *pb.BigQueryConfig) error {
-	return status.Error(codes.Unimplemented, "BigQuery subscriptions are not supported by this broker yet")
-}

@@ -189,7 +189,9 @@ func (d *storageDest) objectName() string {
 	return d.c.FilenamePrefix + d.names.format(d.now()) + "_" + uuid.NewString() + d.c.FilenameSuffix
 }
 
-func (d *storageDest) write(ctx context.Context, batch []delivery) ([]int, error) {
+func (d *storageDest) close() {}
+
+func (d *storageDest) write(ctx context.Context, batch []delivery) ([]error, error) {
 	content, err := d.encode(batch)
 	if err != nil {
 		return nil, err
