@@ -454,6 +454,39 @@ func (b *Broker) exportStatsLocked(name string) *exportStats {
 	return st
 }
 
+// ExportStats describe an export subscription: where it writes, its state
+// and what it wrote since the broker started.
+type ExportStats struct {
+	Kind        string // "bigquery" or "cloud_storage", as Cloud Monitoring's delivery_type
+	Destination string // the table (project.dataset.table) or gs://bucket
+	State       string // the config's state: ACTIVE, NOT_FOUND, ...
+	Reason      string // why the state is not ACTIVE
+	// Batches counts objects written (Cloud Storage) or appends made
+	// (BigQuery); Messages and Bytes what they held.
+	Batches, Messages, Bytes int64
+	// Failed counts messages the destination refused (they stay
+	// unacknowledged or are dead-lettered); Errors writes that failed as
+	// a whole and were retried.
+	Failed, Errors int64
+}
+
+func (s *subscription) exportStatsLocked() *ExportStats {
+	e := s.exporter
+	if e == nil || !s.exports() {
+		return nil
+	}
+	st := &ExportStats{Kind: "cloud_storage", Destination: "gs://" + s.proto.CloudStorageConfig.GetBucket(),
+		Batches: e.stats.batches.Load(), Messages: e.stats.messages.Load(), Bytes: e.stats.bytes.Load(),
+		Failed: e.stats.failed.Load(), Errors: e.stats.errors.Load()}
+	if c := s.proto.BigqueryConfig; c != nil {
+		st.Kind, st.Destination = "bigquery", c.Table
+	}
+	e.stats.mu.Lock()
+	st.State, st.Reason = stateName(e.stats.state), e.stats.reason
+	e.stats.mu.Unlock()
+	return st
+}
+
 // newExportDest makes the destination of an export subscription.
 func (b *Broker) newExportDest(sp *pb.Subscription) (exportDest, error) {
 	if c := sp.CloudStorageConfig; c != nil {
