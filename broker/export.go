@@ -401,18 +401,20 @@ func (e *exporter) setState(err error) {
 	changed := st != e.stats.state || reason != e.stats.reason
 	e.stats.state, e.stats.reason = st, reason
 	e.stats.mu.Unlock()
-	if !changed {
-		return
-	}
 	b, s := e.b, e.s
 	b.mu.Lock()
-	if s.exporter == e {
-		// The proto is shared with lists being answered: replace it.
+	if s.exporter == e && exportStateOf(s.proto) != st {
+		// An update resets the shown state to ACTIVE, so it is compared
+		// with the proto, not with the last one set. The proto is shared
+		// with lists being answered: replace it.
 		sp := proto.Clone(s.proto).(*pb.Subscription)
 		setExportState(sp, st)
 		s.proto = sp
 	}
 	b.mu.Unlock()
+	if !changed {
+		return
+	}
 	if err != nil {
 		b.log.Warn("export subscription cannot write; it keeps its messages until it can", "subscription", s.proto.Name, "state", stateName(st), "err", err)
 	} else {
@@ -420,18 +422,37 @@ func (e *exporter) setState(err error) {
 	}
 }
 
+// The states of each kind of export, by exportState.
+var (
+	storageStates = map[exportState]pb.CloudStorageConfig_State{
+		exportActive: pb.CloudStorageConfig_ACTIVE, exportPermissionDenied: pb.CloudStorageConfig_PERMISSION_DENIED,
+		exportNotFound: pb.CloudStorageConfig_NOT_FOUND, exportSchemaMismatch: pb.CloudStorageConfig_SCHEMA_MISMATCH,
+	}
+	bigQueryStates = map[exportState]pb.BigQueryConfig_State{
+		exportActive: pb.BigQueryConfig_ACTIVE, exportPermissionDenied: pb.BigQueryConfig_PERMISSION_DENIED,
+		exportNotFound: pb.BigQueryConfig_NOT_FOUND, exportSchemaMismatch: pb.BigQueryConfig_SCHEMA_MISMATCH,
+	}
+)
+
+// exportStateOf is the state the subscription shows, or -1.
+func exportStateOf(sp *pb.Subscription) exportState {
+	for st := range storageStates {
+		if c := sp.CloudStorageConfig; c != nil && c.State == storageStates[st] {
+			return st
+		}
+		if c := sp.BigqueryConfig; c != nil && c.State == bigQueryStates[st] {
+			return st
+		}
+	}
+	return -1
+}
+
 func setExportState(sp *pb.Subscription, st exportState) {
 	if c := sp.CloudStorageConfig; c != nil {
-		c.State = map[exportState]pb.CloudStorageConfig_State{
-			exportActive: pb.CloudStorageConfig_ACTIVE, exportPermissionDenied: pb.CloudStorageConfig_PERMISSION_DENIED,
-			exportNotFound: pb.CloudStorageConfig_NOT_FOUND, exportSchemaMismatch: pb.CloudStorageConfig_SCHEMA_MISMATCH,
-		}[st]
+		c.State = storageStates[st]
 	}
 	if c := sp.BigqueryConfig; c != nil {
-		c.State = map[exportState]pb.BigQueryConfig_State{
-			exportActive: pb.BigQueryConfig_ACTIVE, exportPermissionDenied: pb.BigQueryConfig_PERMISSION_DENIED,
-			exportNotFound: pb.BigQueryConfig_NOT_FOUND, exportSchemaMismatch: pb.BigQueryConfig_SCHEMA_MISMATCH,
-		}[st]
+		c.State = bigQueryStates[st]
 	}
 }
 
