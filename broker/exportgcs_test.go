@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
 
 	"github.com/dedupflow/dedupflow/internal/testenv"
 )
@@ -132,6 +133,21 @@ func TestStorageExportText(t *testing.T) {
 		t.Errorf("objects hold %q, want one message per line", got)
 	}
 	backlogEmpty(t, tg.ours, sub.Name)
+
+	// The Go client's update changes the config; the state stays output only.
+	up, err := c.SubscriptionAdminClient.UpdateSubscription(context.Background(), &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: sub.Name, CloudStorageConfig: &pb.CloudStorageConfig{
+			Bucket: bucket, FilenamePrefix: "in/", FilenameSuffix: ".txt", FilenameDatetimeFormat: "YYYY/MM/DD/hh_mm_ss",
+			MaxBytes: 1000, MaxMessages: 5000, State: pb.CloudStorageConfig_PERMISSION_DENIED}},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"cloud_storage_config"}}})
+	if err != nil || up.CloudStorageConfig.MaxMessages != 5000 || up.CloudStorageConfig.State != pb.CloudStorageConfig_ACTIVE {
+		t.Fatalf("update: %v, %v; want max_messages 5000 and the state ACTIVE, not the one sent", up.GetCloudStorageConfig(), err)
+	}
+	_, err = c.SubscriptionAdminClient.UpdateSubscription(context.Background(), &pb.UpdateSubscriptionRequest{
+		Subscription: &pb.Subscription{Name: sub.Name}, UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"cloud_storage_config.state"}}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("update of the output-only state: %v, want InvalidArgument", err)
+	}
 
 	// A batch under every bound is written once max_duration passes.
 	publish(t, c, topic, &pubsub.Message{Data: []byte("late")})
