@@ -235,6 +235,7 @@ func (e *exporter) run() {
 		}
 		if !blocked {
 			maxMsgs, maxBytes, maxAge := dest.limits()
+			full := false
 			if room := maxMsgs - len(batch); room > 0 && size < maxBytes {
 				b.mu.Lock()
 				now := b.nowNanos()
@@ -245,6 +246,11 @@ func (e *exporter) run() {
 				if n == 0 && len(batch) > 0 {
 					first = now
 				}
+				// deliverLocked stops before a message that would pass the
+				// byte budget: the batch is as full as it gets. The next
+				// one starts with that message, which may pass max_bytes
+				// alone, as the service allows.
+				full = n > 0 && len(batch)-n < min(room, 1000) && s.ready.len() > 0
 				ts := s.transforms
 				b.mu.Unlock()
 				if ts != nil && len(batch) > n {
@@ -257,7 +263,7 @@ func (e *exporter) run() {
 			age := time.Duration(b.nowNanos() - first)
 			switch {
 			case len(batch) == 0:
-			case len(batch) >= maxMsgs || size >= maxBytes || age >= maxAge:
+			case len(batch) >= maxMsgs || size >= maxBytes || full || age >= maxAge:
 				err := e.flush(dest, batch)
 				e.setState(err)
 				blocked = err != nil

@@ -20,7 +20,7 @@ import (
 )
 
 // bqServer is a client of the test's BigQuery emulator and a fresh dataset.
-func bqServer(t *testing.T) (bigquery.Endpoints, *bigquery.Client, string) {
+func bqServer(t testing.TB) (bigquery.Endpoints, *bigquery.Client, string) {
 	t.Helper()
 	project := testenv.BigQuery(t)
 	ep := bigquery.EndpointsFromEnv()

@@ -26,7 +26,7 @@ import (
 
 // storageServer is a client of the test's Cloud Storage server and a
 // fresh bucket on it.
-func storageServer(t *testing.T) (host string, client *storage.Client, bucket string) {
+func storageServer(t testing.TB) (host string, client *storage.Client, bucket string) {
 	t.Helper()
 	host = testenv.StorageEmulatorHost(t)
 	client, err := storage.NewClient(context.Background(),
@@ -44,7 +44,7 @@ func storageServer(t *testing.T) (host string, client *storage.Client, bucket st
 
 // objects waits until the bucket holds at least n objects under prefix and
 // returns their names and contents, in name order.
-func objects(t *testing.T, client *storage.Client, bucket, prefix string, n int) (names []string, contents [][]byte) {
+func objects(t testing.TB, client *storage.Client, bucket, prefix string, n int) (names []string, contents [][]byte) {
 	t.Helper()
 	ctx := context.Background()
 	for end := time.Now().Add(20 * time.Second); ; {
@@ -271,3 +271,4 @@ func TestStorageConfigChecks(t *testing.T) {
 		})
 	}
 }
+
