@@ -271,4 +271,3 @@ func TestStorageConfigChecks(t *testing.T) {
 		})
 	}
 }
-
