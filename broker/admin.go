@@ -99,6 +99,7 @@ func (b *Broker) deleteSubLocked(s *subscription) {
 	}
 	delete(b.subs, s.proto.Name)
 	delete(b.subByID, s.id)
+	delete(b.exportStats, s.proto.Name)
 	s.topic = nil
 	s.proto = proto.Clone(s.proto).(*pb.Subscription)
 	s.proto.Name = "" // marks it deleted for streams still attached

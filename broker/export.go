@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,7 +194,8 @@ func (e *exporter) run() {
 		first   int64 // when the batch's first message was leased, broker clock
 		cfg     proto.Message
 		dest    exportDest
-		blocked bool // the destination's last check or write failed
+		blocked bool      // the destination's last check or write failed
+		checked time.Time // when it was last checked, so that publishes do not hammer a failing one
 	)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -222,7 +224,8 @@ func (e *exporter) run() {
 		sp := s.proto
 		b.mu.Unlock()
 
-		if dest == nil || blocked {
+		if dest == nil || (blocked && time.Since(checked) >= exportRetry) {
+			checked = time.Now()
 			var err error
 			if dest == nil {
 				dest, err = e.newDest(sp)
@@ -381,7 +384,9 @@ func (e *exporter) unfitLocked(l *lease, why error, now int64) {
 // giveBackLocked ends the leases of a batch that was not written; the
 // messages are queued again as they were, the attempt not counted.
 func (e *exporter) giveBackLocked(batch []delivery) {
-	for _, d := range batch {
+	// Each goes back to the front of its queue: the last first, so that
+	// they keep their order (an ordering key's above all).
+	for _, d := range slices.Backward(batch) {
 		l := e.s.leases[d.ackID]
 		if l == nil || l.backoff {
 			continue

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"regexp"
 	"strings"
@@ -270,4 +271,59 @@ func TestStorageConfigChecks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A batch whose write fails goes back in order: once the bucket is there
+// again, an ordering key's messages are written as they were published.
+func TestStorageExportRetryKeepsOrder(t *testing.T) {
+	host, client, bucket := storageServer(t)
+	tg := startOurs(t, Options{Exports: ExportOptions{StorageHost: host}})
+	c := newClient(t, tg.addr)
+	topic := createTopic(t, c)
+	createSub(t, c, &pb.Subscription{Topic: topic, AckDeadlineSeconds: 600, EnableMessageOrdering: true,
+		CloudStorageConfig: &pb.CloudStorageConfig{Bucket: bucket, MaxBytes: 1000, MaxDuration: durationpb.New(time.Minute)}})
+	// A first object shows the exporter writing; then the bucket goes.
+	publish(t, c, topic, &pubsub.Message{Data: bytes.Repeat([]byte("x"), 1000)})
+	names, _ := objects(t, client, bucket, "", 1)
+	ctx := context.Background()
+	if err := client.Bucket(bucket).Object(names[0]).Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Bucket(bucket).Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := c.Publisher(topic)
+	p.EnableMessageOrdering = true
+	var want strings.Builder
+	for i := range 5 {
+		line := fmt.Sprintf("m%d%s", i, strings.Repeat(".", 50))
+		want.WriteString(line + "\n")
+		if _, err := p.Publish(ctx, &pubsub.Message{Data: []byte(line), OrderingKey: "k"}).Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Stop()
+	time.Sleep(200 * time.Millisecond) // let the exporter lease them before the clock moves
+	tg.clock.Advance(61 * time.Second) // max_duration: the write fails, the batch goes back
+	waitStorageState(t, c, sub(tg, topic), pb.CloudStorageConfig_NOT_FOUND)
+	if err := client.Bucket(bucket).Create(ctx, "p", nil); err != nil {
+		t.Fatal(err)
+	}
+	waitStorageState(t, c, sub(tg, topic), pb.CloudStorageConfig_ACTIVE)
+	time.Sleep(200 * time.Millisecond)
+	tg.clock.Advance(61 * time.Second)
+	_, contents := objects(t, client, bucket, "", 1)
+	if got := string(bytes.Join(contents, nil)); got != want.String() {
+		t.Errorf("after the bucket came back, objects hold\n%s\nwant the key's messages in order\n%s", got, want.String())
+	}
+}
+
+// sub is the name of the topic's one subscription.
+func sub(tg target, topic string) string {
+	tg.ours.mu.Lock()
+	defer tg.ours.mu.Unlock()
+	for _, s := range tg.ours.topics[topic].subs {
+		return s.proto.Name
+	}
+	return ""
 }
