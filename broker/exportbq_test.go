@@ -36,20 +36,25 @@ func bqServer(t testing.TB) (bigquery.Endpoints, *bigquery.Client, string) {
 	return ep, c, ds
 }
 
-// rowCount waits until the query counts want rows, and fails after a while.
+// rowCount waits until the query counts want rows, and fails after a
+// while. The emulator refuses a query now and then while it takes appends
+// ("database is locked"): that is asked again.
 func rowCount(t *testing.T, c *bigquery.Client, q string, want int64) {
 	t.Helper()
-	var got int64
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	var (
+		got  int64
+		qerr error
+	)
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		rows, err := c.Query(t.Context(), q)
-		if err != nil {
-			t.Fatalf("%s: %v", q, err)
+		if qerr = err; err != nil {
+			continue
 		}
 		if got = rows[0][0].(int64); got == want {
 			return
 		}
 	}
-	t.Fatalf("%s = %d, want %d", q, got, want)
+	t.Fatalf("%s = %d (last error: %v), want %d", q, got, qerr, want)
 }
 
 func waitBQState(t *testing.T, c *pubsub.Client, sub string, want pb.BigQueryConfig_State) {

@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	gbq "cloud.google.com/go/bigquery"
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/dedupflow/dedupflow/internal/bigquery"
 )
 
 // TestStorageExportKill SIGKILLs a broker process while it exports to
@@ -103,4 +106,52 @@ func TestStorageExportKill(t *testing.T) {
 		}
 	}
 	t.Logf("%d messages published, all written; %d written twice across the kill", len(published), twice)
+}
+
+// TestBigQueryExportKill is TestStorageExportKill for a BigQuery
+// subscription: every message whose publish was answered becomes a row.
+func TestBigQueryExportKill(t *testing.T) {
+	_, bq, ds := bqServer(t)
+	if err := bq.CreateTable(t.Context(), bigquery.TableRef{Dataset: ds, Table: "raw"}, gbq.Schema{{Name: "data", Type: gbq.StringFieldType}}); err != nil {
+		t.Fatal(err)
+	}
+	bin, dir := buildBrokerd(t), t.TempDir() // brokerd reads BIGQUERY_EMULATOR_HOST and BIGQUERY_STORAGE_EMULATOR_HOST
+	flags := []string{"--compact-size", fmt.Sprint(64 << 10)}
+	cmd, addr := startBrokerd(t, bin, dir, flags...)
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	c := newClient(t, addr)
+	topic := createTopic(t, c)
+	table := bq.Project + "." + ds + ".raw"
+	createSub(t, c, &pb.Subscription{Topic: topic, BigqueryConfig: &pb.BigQueryConfig{Table: table}})
+	answered := 0
+	publishSome := func(c *pubsub.Client, from, to int) {
+		p := c.Publisher(topic)
+		defer p.Stop()
+		var rs []*pubsub.PublishResult
+		for i := from; i < to; i++ {
+			rs = append(rs, p.Publish(context.Background(), &pubsub.Message{Data: fmt.Appendf(nil, "m%05d", i)}))
+		}
+		for _, r := range rs {
+			if _, err := r.Get(context.Background()); err == nil {
+				answered++
+			}
+		}
+	}
+	publishSome(c, 0, 1500)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	cmd, addr = startBrokerd(t, bin, dir, flags...)
+	c = newClient(t, addr)
+	publishSome(c, 1500, 3000)
+	rowCount(t, bq, "SELECT COUNT(DISTINCT data) FROM `"+table+"`", int64(answered))
+	rows, err := bq.Query(t.Context(), "SELECT COUNT(*) FROM `"+table+"`")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d messages published, all written; %d rows (written twice across the kill: %d)", answered, rows[0][0], rows[0][0].(int64)-int64(answered))
 }
