@@ -9,6 +9,7 @@ require (
 	cloud.google.com/go/iam v1.15.1
 	cloud.google.com/go/pubsub/v2 v2.9.0
 	cloud.google.com/go/spanner v1.96.1
+	cloud.google.com/go/storage v1.70.0
 	github.com/agnivade/levenshtein v1.2.2
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
 	github.com/bufbuild/protocompile v0.14.1

@@ -86,6 +86,7 @@ func (b *Broker) putSubLocked(id uint64, t *topic, firstSeq uint64, sp *pb.Subsc
 	b.logSub(s)
 	s.notify() // streams and the pusher pick up changed settings
 	b.startPusherLocked(s)
+	b.startExporterLocked(s)
 	return s
 }
 
@@ -99,6 +100,7 @@ func (b *Broker) deleteSubLocked(s *subscription) {
 	}
 	delete(b.subs, s.proto.Name)
 	delete(b.subByID, s.id)
+	delete(b.exportStats, s.proto.Name)
 	s.topic = nil
 	s.proto = proto.Clone(s.proto).(*pb.Subscription)
 	s.proto.Name = "" // marks it deleted for streams still attached

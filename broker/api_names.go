@@ -133,8 +133,8 @@ func checkSubscriptionConfig(s *pb.Subscription) error {
 	if _, err := filter.Parse(s.Filter); err != nil {
 		return status.Errorf(codes.InvalidArgument, "invalid filter %q: %v", s.Filter, err)
 	}
-	if s.BigqueryConfig != nil || s.CloudStorageConfig != nil || s.BigtableConfig != nil {
-		return status.Error(codes.Unimplemented, "BigQuery, Cloud Storage and Bigtable subscriptions are not supported by this broker")
+	if err := checkExportConfig(s); err != nil {
+		return err
 	}
 	if s.PushConfig == nil {
 		s.PushConfig = &pb.PushConfig{} // a pull subscription, shown so by the service

@@ -42,6 +42,9 @@ type SubscriptionStats struct {
 	Filter, PushEndpoint string
 	Detached             bool
 	Transforms           []TransformStats
+	// Export is what a BigQuery or Cloud Storage subscription wrote; nil
+	// for pull and push.
+	Export *ExportStats
 }
 
 // Overview lists every topic with its subscriptions, by name; subscriptions
@@ -74,7 +77,7 @@ func (s *subscription) statsLocked(now int64) SubscriptionStats {
 	st := SubscriptionStats{
 		Name: s.proto.Name, DeadLettered: s.deadLettered, Streams: s.streams, Filter: s.proto.Filter,
 		PushEndpoint: s.proto.GetPushConfig().GetPushEndpoint(), Detached: s.proto.Detached,
-		Transforms: s.transforms.stats(),
+		Transforms: s.transforms.stats(), Export: s.exportStatsLocked(),
 	}
 	oldest := int64(0)
 	older := func(m *message) {

@@ -54,6 +54,9 @@ type Options struct {
 	// AllowedHosts are host names, besides localhost and IP literals, under
 	// which the REST API may be reached (see package localguard).
 	AllowedHosts []string
+	// Exports names the servers BigQuery and Cloud Storage subscriptions
+	// write to.
+	Exports ExportOptions
 }
 
 // Broker is a Pub/Sub-compatible message broker. It implements the
@@ -104,6 +107,8 @@ type Broker struct {
 	pushCtx    context.Context // of every push request; ends at shutdown
 	pushStop   context.CancelFunc
 	signer     signer
+
+	exportShared // what export subscriptions share: clients, counters
 }
 
 // New creates a broker and, with a DataDir, loads its saved state.
@@ -168,8 +173,9 @@ func New(opts Options) (*Broker, error) {
 	b.wg.Add(1)
 	go b.runTimers()
 	b.mu.Lock()
-	for _, s := range b.subs { // push subscriptions loaded from the log
+	for _, s := range b.subs { // push and export subscriptions loaded from the log
 		b.startPusherLocked(s)
+		b.startExporterLocked(s)
 	}
 	b.mu.Unlock()
 	return b, nil
@@ -303,6 +309,7 @@ func (b *Broker) shutdown(ctx context.Context) error {
 	wg.Wait()
 	b.wg.Wait()
 	b.pushClient.CloseIdleConnections()
+	b.closeExports()
 	var err error
 	if b.wal != nil {
 		b.wal.close()

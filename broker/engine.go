@@ -23,6 +23,7 @@ const (
 	attrDLSubscription  = "CloudPubSubDeadLetterSourceSubscription"
 	attrDLProject       = "CloudPubSubDeadLetterSourceSubscriptionProject"
 	attrDLPublishTime   = "CloudPubSubDeadLetterSourceTopicPublishTime"
+	attrDLDeliveryError = "CloudPubSubDeadLetterSourceDeliveryErrorMessage"
 )
 
 func (b *Broker) nowNanos() int64 { return b.now().UnixNano() }
@@ -294,6 +295,9 @@ func (b *Broker) deadLetterLocked(s *subscription, it item, now int64) bool {
 	attrs[attrDLSubscription] = subID
 	attrs[attrDLProject] = project
 	attrs[attrDLPublishTime] = time.Unix(0, it.m.publish).UTC().Format("2006-01-02T15:04:05.000Z")
+	if why := b.deliveryErrors[it.m]; why != "" {
+		attrs[attrDLDeliveryError] = why // why an export could not write it
+	}
 	size := it.m.size
 	for k, v := range attrs {
 		if _, ok := orig[k]; !ok {

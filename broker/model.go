@@ -118,8 +118,9 @@ type subscription struct {
 	// broker started, for Overview.
 	deadLettered int64
 	// replay is used instead of the queues while the log is replayed.
-	replay *replaySet
-	pusher *pusher // delivers a push subscription; nil for pull
+	replay   *replaySet
+	pusher   *pusher   // delivers a push subscription; nil for pull
+	exporter *exporter // delivers a BigQuery or Cloud Storage subscription
 }
 
 func (s *subscription) ordered() bool     { return s.proto.EnableMessageOrdering }

@@ -161,6 +161,21 @@ export BIGQUERY_EMULATOR_HOST="127.0.0.1:$bqrest" BIGQUERY_STORAGE_EMULATOR_HOST
 export DEDUPFLOW_BIGQUERY_PROJECT=dedupflow
 log "bigquery emulator on $bqrest (REST) and $bqgrpc (Storage API)"
 
+# --- fsouza/fake-gcs-server (Cloud Storage subscriptions' server) -----------
+# Built once from the Go module proxy into the user's cache; in memory, plain HTTP.
+gcs="${XDG_CACHE_HOME:-$HOME/.cache}/dedupflow/fake-gcs-server-v1.56.1"
+if [ ! -x "$gcs" ]; then
+  log "building fake-gcs-server v1.56.1 into $gcs (once)"
+  GOWORK=off GOFLAGS=-mod=mod GOBIN="$work/gcsbin" go install github.com/fsouza/fake-gcs-server@v1.56.1
+  mv "$work/gcsbin/fake-gcs-server" "$gcs"
+fi
+gport=$(freeport)
+"$gcs" -scheme http -host 127.0.0.1 -port "$gport" -backend memory >"$work/gcs.log" 2>&1 &
+pids+=($!)
+waitport 127.0.0.1 "$gport" 30
+export DEDUPFLOW_STORAGE_EMULATOR_HOST="http://127.0.0.1:$gport"
+log "fake-gcs-server on $gport"
+
 # --- the tutorial's Java programs (examples/) ---------------------------------
 # Each jar is built once per run. Maven works offline when ~/.m2 holds what the
 # build needs already, and reaches Maven Central only on the first run.

@@ -161,7 +161,8 @@ func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := checkPorts([][2]string{{"--listen", cfg.listen}, {"--console", cfg.console}, {"--metrics-addr", cfg.metricsAddr}}); err != nil {
 		return err
 	}
-	b, err := broker.New(broker.Options{DataDir: cfg.dataDir, NoSync: cfg.noSync, Logger: log, Now: time.Now, AllowedHosts: cfg.allowHosts.vals})
+	b, err := broker.New(broker.Options{DataDir: cfg.dataDir, NoSync: cfg.noSync, Logger: log, Now: time.Now, AllowedHosts: cfg.allowHosts.vals,
+		Exports: broker.ExportOptionsFromEnv(os.Getenv)})
 	if err != nil {
 		return err
 	}

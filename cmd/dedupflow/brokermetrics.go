@@ -11,7 +11,7 @@ import (
 // brokerCollector reports each subscription's delivery state when scraped,
 // under the names of what Cloud Monitoring shows for the service
 // (num_undelivered_messages, oldest_unacked_message_age, dead-letter counts,
-// open_streaming_pulls).
+// open_streaming_pulls, sent_message_count).
 type brokerCollector struct{ b *broker.Broker }
 
 var (
@@ -25,6 +25,21 @@ var (
 		"Messages the subscription moved to its dead-letter topic since the broker started.", []string{"subscription"}, nil)
 	brokerStreams = prometheus.NewDesc("dedupflow_broker_open_streaming_pulls",
 		"StreamingPull streams open on the subscription.", []string{"subscription"}, nil)
+	// Export subscriptions: sent_message_count is Cloud Monitoring's name
+	// (its delivery_type label says bigquery or cloud_storage); the others
+	// have no counterpart there, which shows the state in the subscription.
+	brokerExportSent = prometheus.NewDesc("dedupflow_broker_export_sent_messages_total",
+		"Messages a BigQuery or Cloud Storage subscription wrote (and acknowledged) since the broker started.", []string{"subscription", "delivery_type"}, nil)
+	brokerExportBytes = prometheus.NewDesc("dedupflow_broker_export_sent_bytes_total",
+		"Message bytes a BigQuery or Cloud Storage subscription wrote since the broker started.", []string{"subscription", "delivery_type"}, nil)
+	brokerExportBatches = prometheus.NewDesc("dedupflow_broker_export_writes_total",
+		"Objects a Cloud Storage subscription wrote, or appends a BigQuery subscription made, since the broker started.", []string{"subscription", "delivery_type"}, nil)
+	brokerExportFailed = prometheus.NewDesc("dedupflow_broker_export_failed_messages_total",
+		"Messages the destination refused (left unacknowledged, or dead-lettered) since the broker started.", []string{"subscription", "delivery_type"}, nil)
+	brokerExportErrors = prometheus.NewDesc("dedupflow_broker_export_errors_total",
+		"Writes that failed as a whole (their messages kept and written again) since the broker started.", []string{"subscription", "delivery_type"}, nil)
+	brokerExportState = prometheus.NewDesc("dedupflow_broker_export_state",
+		"1 for the export subscription's state (ACTIVE, NOT_FOUND, PERMISSION_DENIED, SCHEMA_MISMATCH).", []string{"subscription", "delivery_type", "state"}, nil)
 	brokerTransformFiltered = prometheus.NewDesc("dedupflow_broker_transform_filtered_messages_total",
 		"Messages a topic's or subscription's message transform filtered out (returned null) since the broker started.", []string{"resource", "function", "index"}, nil)
 	brokerTransformFailed = prometheus.NewDesc("dedupflow_broker_transform_failed_messages_total",
@@ -32,7 +47,8 @@ var (
 )
 
 func (brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{brokerBacklog, brokerUnacked, brokerOldest, brokerDeadLettered, brokerStreams, brokerTransformFiltered, brokerTransformFailed} {
+	for _, d := range []*prometheus.Desc{brokerBacklog, brokerUnacked, brokerOldest, brokerDeadLettered, brokerStreams, brokerTransformFiltered, brokerTransformFailed,
+		brokerExportSent, brokerExportBytes, brokerExportBatches, brokerExportFailed, brokerExportErrors, brokerExportState} {
 		ch <- d
 	}
 }
@@ -47,6 +63,13 @@ func (c brokerCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(brokerOldest, prometheus.GaugeValue, s.OldestUnacked.Seconds(), s.Name)
 			ch <- prometheus.MustNewConstMetric(brokerDeadLettered, prometheus.CounterValue, float64(s.DeadLettered), s.Name)
 			ch <- prometheus.MustNewConstMetric(brokerStreams, prometheus.GaugeValue, float64(s.Streams), s.Name)
+			if e := s.Export; e != nil {
+				for d, v := range map[*prometheus.Desc]int64{brokerExportSent: e.Messages, brokerExportBytes: e.Bytes,
+					brokerExportBatches: e.Batches, brokerExportFailed: e.Failed, brokerExportErrors: e.Errors} {
+					ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), s.Name, e.Kind)
+				}
+				ch <- prometheus.MustNewConstMetric(brokerExportState, prometheus.GaugeValue, 1, s.Name, e.Kind, e.State)
+			}
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,15 +38,17 @@ const (
 	upConsumerSub  = "topicFromDataflow.subscriptionFromDataflow"
 	upPipelineSub  = "topicToDataflow.dedupflow"
 	upConsoleSub   = "topicFromDataflow.console"
+	upBigQuerySub  = "topicFromDataflow.bigquery"
 	upDefaultProj  = "dedupflow-demo"
 	upShutdownWait = 5 * time.Second
 )
 
 // upFlags are what `dedupflow up` is told.
 type upFlags struct {
-	job         jobFlags
-	brokerAddr  string
-	consoleAddr string
+	job           jobFlags
+	brokerAddr    string
+	consoleAddr   string
+	bigqueryTable string
 }
 
 func (u *upFlags) register(fs *flag.FlagSet) {
@@ -59,9 +62,11 @@ func (u *upFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&u.brokerAddr, "broker-addr", "127.0.0.1:8085", "address of the Pub/Sub-compatible broker, for other clients to join")
 	fs.StringVar(&u.consoleAddr, "console-addr", "127.0.0.1:8080", "address of the web console")
-	fs.StringVar(&j.sink.spec, "sink", sinkPubSub, "where survivors go: pubsub (the topic "+upOutputTopic+", which the console shows), postgres://…, spanner://projects/P/instances/I/databases/D or bigtable://projects/P/instances/I (see --table)")
-	fs.StringVar(&j.sink.table, "table", "events", "table of a database sink (spanner, bigtable: it must exist)")
+	fs.StringVar(&j.sink.spec, "sink", sinkPubSub, "where survivors go: pubsub (the topic "+upOutputTopic+", which the console shows), postgres://…, bigquery://PROJECT/DATASET, spanner://projects/P/instances/I/databases/D or bigtable://projects/P/instances/I (see --table)")
+	fs.StringVar(&j.sink.table, "table", "events", "table of a database sink (bigquery, spanner, bigtable: it must exist)")
 	j.sink.registerColumns(fs)
+	fs.StringVar(&u.bigqueryTable, "bigquery-table", "", "PROJECT.DATASET.TABLE that a BigQuery subscription on "+upOutputTopic+
+		" fills with the deduped messages (columns data, subscription_name, message_id, publish_time, attributes), through the BigQuery emulator at $BIGQUERY_EMULATOR_HOST and $BIGQUERY_STORAGE_EMULATOR_HOST (empty: none)")
 }
 
 // config fixes what up decides itself and checks the rest.
@@ -80,14 +85,15 @@ func (u *upFlags) config() (upConfig, error) {
 	}
 	j.key.missing, j.maxOutstanding, j.maxBytes = "fallback", 1000, defaultMaxBytes
 	cfg, err := j.config()
-	return upConfig{job: cfg, brokerAddr: u.brokerAddr, consoleAddr: u.consoleAddr}, err
+	return upConfig{job: cfg, brokerAddr: u.brokerAddr, consoleAddr: u.consoleAddr, bigqueryTable: u.bigqueryTable}, err
 }
 
 // upConfig is a checked `dedupflow up`.
 type upConfig struct {
-	job         jobConfig
-	brokerAddr  string
-	consoleAddr string
+	job           jobConfig
+	brokerAddr    string
+	consoleAddr   string
+	bigqueryTable string
 }
 
 // The tutorial that up runs, as Google Cloud published it.
@@ -147,7 +153,7 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 		return fmt.Errorf("--console-addr %s: %w", u.consoleAddr, err)
 	}
 	defer ln.Close() // for the early returns; Serve closes it otherwise
-	b, err := broker.New(broker.Options{Logger: log.With("component", "broker")})
+	b, err := broker.New(broker.Options{Logger: log.With("component", "broker"), Exports: broker.ExportOptionsFromEnv(os.Getenv)})
 	if err != nil {
 		return err
 	}
@@ -286,6 +292,16 @@ func (u *upConfig) createResources(ctx context.Context, c *pubsub.Client) (upNam
 	}
 	if err := pubsubio.EnsureSubscription(ctx, c, n.consoleSub, n.out, 10); err != nil {
 		return n, err
+	}
+	if u.bigqueryTable != "" {
+		bq := pubsubio.Name{Project: proj, Kind: "subscriptions", ID: upBigQuerySub}
+		_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
+			Name: bq.String(), Topic: n.out.String(), AckDeadlineSeconds: 60,
+			BigqueryConfig: &pubsubpb.BigQueryConfig{Table: u.bigqueryTable, WriteMetadata: true},
+		})
+		if err != nil {
+			return n, fmt.Errorf("--bigquery-table: create subscription %s: %w", bq, err)
+		}
 	}
 	return n, nil
 }

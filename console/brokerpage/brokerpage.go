@@ -126,6 +126,19 @@ type subView struct {
 	PushEndpoint  string          `json:"pushEndpoint,omitempty"`
 	Detached      bool            `json:"detached,omitempty"`
 	Transforms    []transformView `json:"transforms,omitempty"`
+	Export        *exportView     `json:"export,omitempty"`
+}
+
+// exportView is what a BigQuery or Cloud Storage subscription wrote.
+type exportView struct {
+	Kind        string `json:"kind"`
+	Destination string `json:"destination"`
+	State       string `json:"state"`
+	Reason      string `json:"reason,omitempty"`
+	Writes      int64  `json:"writes"`
+	Messages    int64  `json:"messages"`
+	Failed      int64  `json:"failed"`
+	Errors      int64  `json:"errors"`
 }
 
 type transformView struct {
@@ -150,6 +163,14 @@ type topicView struct {
 	Subscriptions []subView       `json:"subscriptions"`
 }
 
+func exportViewOf(e *broker.ExportStats) *exportView {
+	if e == nil {
+		return nil
+	}
+	return &exportView{Kind: e.Kind, Destination: e.Destination, State: e.State, Reason: e.Reason,
+		Writes: e.Batches, Messages: e.Messages, Failed: e.Failed, Errors: e.Errors}
+}
+
 func (p *page) state(w http.ResponseWriter, _ *http.Request) {
 	topics := []topicView{}
 	for _, t := range p.b.Overview() {
@@ -158,7 +179,7 @@ func (p *page) state(w http.ResponseWriter, _ *http.Request) {
 			tv.Subscriptions = append(tv.Subscriptions, subView{
 				Name: s.Name, Backlog: s.Backlog, Unacked: s.Unacked, OldestUnacked: s.OldestUnacked.Seconds(),
 				DeadLettered: s.DeadLettered, Streams: s.Streams, Filter: s.Filter, PushEndpoint: s.PushEndpoint, Detached: s.Detached,
-				Transforms: transformViews(s.Transforms),
+				Transforms: transformViews(s.Transforms), Export: exportViewOf(s.Export),
 			})
 		}
 		topics = append(topics, tv)

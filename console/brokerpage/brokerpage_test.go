@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 
@@ -171,5 +172,36 @@ func TestBrokerPageStreams(t *testing.T) {
 	}
 	if n := streams(); n != 2 {
 		t.Fatalf("%d streams with two open, want 2", n)
+	}
+}
+
+// TestBrokerPageExport: an export subscription shows where it writes, its
+// state and why; here no Cloud Storage server is configured, so it says so
+// and keeps its messages.
+func TestBrokerPageExport(t *testing.T) {
+	f := start(t)
+	c := brokertest.Dial(t, f.addr, project)
+	sub := "projects/" + project + "/subscriptions/to-gcs"
+	if _, err := c.SubscriptionAdminClient.CreateSubscription(context.Background(), &pb.Subscription{Name: sub,
+		Topic: "projects/" + project + "/topics/orders", AckDeadlineSeconds: 60,
+		CloudStorageConfig: &pb.CloudStorageConfig{Bucket: "some-bucket"}}); err != nil {
+		t.Fatal(err)
+	}
+	var got *exportView
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		for _, tv := range f.state(t) {
+			for _, s := range tv.Subscriptions {
+				if s.Name == sub {
+					got = s.Export
+				}
+			}
+		}
+		if got != nil && got.State == "NOT_FOUND" {
+			break
+		}
+	}
+	if got == nil || got.Kind != "cloud_storage" || got.Destination != "gs://some-bucket" || got.State != "NOT_FOUND" ||
+		!strings.Contains(got.Reason, "STORAGE_EMULATOR_HOST") {
+		t.Fatalf("the page shows %+v, want the bucket, NOT_FOUND and that no Cloud Storage endpoint is set", got)
 	}
 }

@@ -62,6 +62,12 @@ func EmulatorHost(t testing.TB) string {
 	return need(t, "DEDUPFLOW_EMULATOR_HOST", "Google's official Pub/Sub emulator")
 }
 
+// StorageEmulatorHost is the URL of a Cloud Storage JSON API server
+// (fake-gcs-server), as STORAGE_EMULATOR_HOST takes it.
+func StorageEmulatorHost(t testing.TB) string {
+	return need(t, "DEDUPFLOW_STORAGE_EMULATOR_HOST", "a Cloud Storage server (fake-gcs-server)")
+}
+
 // BigQuery is goccy/bigquery-emulator as the BigQuery clients find it:
 // its HTTP and gRPC ports in $BIGQUERY_EMULATOR_HOST and
 // $BIGQUERY_STORAGE_EMULATOR_HOST (the test's process already has them),

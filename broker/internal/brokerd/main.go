@@ -23,7 +23,8 @@ func main() {
 	compact := flag.Int64("compact-size", 0, "log size that starts a compaction (0: the broker's default)")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	b, err := broker.New(broker.Options{DataDir: *dataDir, CompactSize: *compact, Logger: log, Now: time.Now})
+	b, err := broker.New(broker.Options{DataDir: *dataDir, CompactSize: *compact, Logger: log, Now: time.Now,
+		Exports: broker.ExportOptionsFromEnv(os.Getenv)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

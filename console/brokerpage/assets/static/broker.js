@@ -47,6 +47,15 @@
       " (filtered " + t.filtered + ", failed " + t.failed + ")").join(", ");
   }
 
+  // exported describes a BigQuery or Cloud Storage subscription: where it
+  // writes, its state, and what it wrote and failed to.
+  function exported(e) {
+    const what = e.kind === "bigquery" ? "appends" : "objects";
+    return (e.kind === "bigquery" ? "BigQuery " : "Cloud Storage ") + e.destination + " · " + e.state +
+      (e.reason ? " (" + e.reason + ")" : "") + " · " + e.messages + " written in " + e.writes + " " + what +
+      ", " + e.failed + " refused, " + e.errors + " failed writes";
+  }
+
   function render(state) {
     const body = $("subs").tBodies[0];
     const rows = [];
@@ -72,7 +81,7 @@
         cell(tr, age(s.oldestUnackedSeconds), "num");
         cell(tr, String(s.deadLettered), "num");
         cell(tr, String(s.streams), "num");
-        cell(tr, (s.pushEndpoint ? "push to " + s.pushEndpoint : (s.filter ? "filter " + s.filter : "")) + transforms(s.transforms));
+        cell(tr, (s.export ? exported(s.export) : s.pushEndpoint ? "push to " + s.pushEndpoint : (s.filter ? "filter " + s.filter : "")) + transforms(s.transforms));
         const td = cell(tr, "");
         const b = document.createElement("button");
         b.type = "button";
