@@ -22,12 +22,13 @@ type Message struct {
 	EventTime   time.Time // from the timestamp attribute, else the publish time
 	// Key is the dedup key; empty for messages passed without dedup.
 	Key string
-	// Retaken: a process may have written this message before and died
-	// (or ran out its lease) before it committed the key, so that write
-	// may have landed. It is set when the store still held the abandoned
-	// claim, and for a message published before the pipeline started that
-	// comes within Pub/Sub's longest ack deadline of the start (a stopped
-	// process's messages come back by then). A sink that upserts can
+	// Retaken: a process may have written this key before and died (or
+	// ran out its lease) before it committed it, so that write may have
+	// landed. It is set when the store still held the abandoned claim, and
+	// for every message in the first horizon (at least Pub/Sub's longest
+	// ack deadline, 10 minutes) after the pipeline started: the memory and
+	// disk stores do not keep a stopped process's claims, and a copy of one
+	// of its keys may come up to a horizon later. A sink that upserts can
 	// ignore it; one that appends can look the key up before writing it
 	// again. A false is not a promise.
 	Retaken bool

@@ -40,11 +40,10 @@ type Item struct {
 	EventTime time.Time
 	// LateDuplicate: the audit filter saw the key beyond the horizon.
 	LateDuplicate bool
-	// Retaken: a process may have written this message before and died
-	// before it committed the key (see sink.Message.Retaken): the store
-	// held an abandoned claim of the key, or the message was published
-	// before this gate started and came within a redelivery's reach of
-	// that start.
+	// Retaken: a process may have written this key before and died before
+	// it committed it (see sink.Message.Retaken): the store held an
+	// abandoned claim of the key, or the message came within a horizon of
+	// this gate's start.
 	Retaken bool
 
 	// hash is Key as the store and the audit hold it (dedup.KeyOf), and

@@ -286,16 +286,19 @@ func (r *run) hold(i int, o outcome.Outcome, d time.Duration) {
 	r.rs[i] = outcome.Result{Outcome: o, NackAfter: d}
 }
 
-// recovery is how long after the gate starts a message published before
-// the start may be one a stopped process had in hand: the longest ack
-// deadline Pub/Sub allows, after which its redelivery has come.
+// recovery is the least time after the gate starts in which a message may
+// meet a write a stopped process left in flight: Pub/Sub's longest ack
+// deadline, after which that process's own messages have come back.
 const recovery = 10 * time.Minute
 
-// mayBeRetaken says whether m may have been written by a process that
-// stopped before it committed the key: one published before this gate
-// started, within recovery of the start.
-func (g *Gate) mayBeRetaken(m *pubsub.Message) bool {
-	return m.PublishTime.Before(g.started) && g.now().Before(g.started.Add(recovery))
+// mayBeRetaken says whether m's key may have a write in flight from a
+// process that stopped before it committed the key: a stopped process's
+// claims are not kept by the memory and disk stores, and a copy of one of
+// its keys may come up to a horizon later (its redelivery, within the
+// longest ack deadline). So every message in the first horizon (at least
+// recovery) after the gate started.
+func (g *Gate) mayBeRetaken(*pubsub.Message) bool {
+	return g.now().Before(g.started.Add(max(g.dd.Horizon(), recovery)))
 }
 
 // storeFailed records a claim call made at start that failed, and returns
