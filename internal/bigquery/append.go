@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"regexp"
 	"strconv"
@@ -71,8 +72,15 @@ func (c *Client) NewWriter(ctx context.Context, t *Table, maxRequest int, log *s
 	return w, nil
 }
 
-// Close closes the stream and its connection.
-func (w *Writer) Close() error { return errors.Join(w.ms.Close(), w.mw.Close()) }
+// Close closes the stream and its connection. The stream's io.EOF is
+// its server's goodbye, not an error.
+func (w *Writer) Close() error {
+	err := w.ms.Close()
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return errors.Join(err, w.mw.Close())
+}
 
 // MaxRequest is the request size the writer fills to now: its start, or
 // what it learned from the server.

@@ -173,3 +173,14 @@ func TestOpenChecksEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// Without an emulator and without credentials, Open fails at once with
+// one line that says so, naming the file but no secret.
+func TestOpenWithoutCredentials(t *testing.T) {
+	missing := t.TempDir() + "/none.json"
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", missing)
+	_, err := Open(t.Context(), "p", Endpoints{})
+	if err == nil || !strings.HasPrefix(err.Error(), "credentials: ") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("Open without credentials = %v, want one line starting with credentials:", err)
+	}
+}
