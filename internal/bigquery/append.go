@@ -213,5 +213,8 @@ func serverMax(err error) (int, bool) {
 		return 0, false
 	}
 	n, err := strconv.Atoi(m[1])
-	return n, err == nil && n > 2*requestSlack
+	if err != nil || n <= 2*requestSlack {
+		return 0, false // no room for rows: not a limit to fill
+	}
+	return n, true
 }

@@ -89,18 +89,18 @@ type Stats struct {
 
 // Sink appends messages to a BigQuery table.
 type Sink struct {
-	c       *bq.Client
-	t       *bq.Table
-	w       *bq.Writer
-	md      columns.Metadata
-	key     string // the key's column
-	enc     bq.Options
-	sub     string
-	log     *slog.Logger
-	mu      sync.Mutex
-	unsure  map[string]bool // keys whose append failed without a verdict
-	stats   struct{ appended, present, lookups atomic.Int64 }
-	closeMu sync.Once
+	c         *bq.Client
+	t         *bq.Table
+	w         *bq.Writer
+	md        columns.Metadata
+	key       string // the key's column
+	enc       bq.Options
+	sub       string
+	log       *slog.Logger
+	mu        sync.Mutex
+	unsure    map[string]bool // keys whose append failed without a verdict
+	stats     struct{ appended, present, lookups atomic.Int64 }
+	closeOnce sync.Once
 }
 
 // Open opens the table that url (bigquery://PROJECT/DATASET) and
@@ -185,7 +185,7 @@ func (s *Sink) Table() string { return s.t.String() }
 
 // Close closes the stream and the connections.
 func (s *Sink) Close() {
-	s.closeMu.Do(func() {
+	s.closeOnce.Do(func() {
 		if err := errors.Join(s.w.Close(), s.c.Close()); err != nil {
 			s.log.Warn("bigquery sink: closing", "err", err)
 		}
