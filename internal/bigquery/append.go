@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"cloud.google.com/go/bigquery/storage/apiv1/storagepb"
@@ -196,6 +197,17 @@ func (w *Writer) send(ctx context.Context, rows [][]byte, idx []int, errs []erro
 		}
 	}
 	return again
+}
+
+// Locked reports whether err is goccy/bigquery-emulator's refusal of a
+// request while another holds its database ("sqlite3: database is
+// locked"), or the io.EOF of the appends behind such a refusal, since the
+// emulator ends the stream with it: either way its transaction rolled
+// back or never began, so nothing was written. Tests, which write from
+// several packages at once, send such requests again; the sink treats
+// them as any failed append.
+func Locked(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "sqlite3: database is locked") || errors.Is(err, io.EOF))
 }
 
 // tooLarge is gRPC's refusal of a message over a server's receive limit.
