@@ -21,10 +21,11 @@
 //     prove it.
 //
 // So rows go to the _default stream, and the sink closes its gap itself: a
-// message whose key was taken over from a claim that never committed
-// (sink.Message.Retaken, set by the store) or whose earlier append in this
-// process failed without a verdict is looked up in the table first, one
-// query per batch that holds any such message. A key already there is
+// message that a stopped process may have written (sink.Message.Retaken:
+// its key was taken over from a lapsed claim, or it was published before
+// this process started) or whose earlier append in this process failed
+// without a verdict is looked up in the table first, one query per batch
+// that holds any such message. A key already there is
 // reported written without a second row. A row whose append answered is
 // visible to queries at once, so the lookup finds every write that
 // finished before the old process died.
