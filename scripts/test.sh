@@ -37,6 +37,10 @@ command -v redis-server >/dev/null || need+=(redis-server)
 [ -n "$(pgserver)" ] || need+=(postgresql) # whichever version the distribution ships
 command -v chromium >/dev/null || need+=(chromium)
 [ -x "$emulator" ] || need+=(google-cloud-cli-pubsub-emulator)
+spanneremu=/usr/lib/google-cloud-sdk/bin/cloud_spanner_emulator/emulator_main
+bigtableemu=/usr/lib/google-cloud-sdk/platform/bigtable-emulator/cbtemulator
+[ -x "$spanneremu" ] || need+=(google-cloud-cli-spanner-emulator)
+[ -x "$bigtableemu" ] || need+=(google-cloud-cli-bigtable-emulator)
 command -v gcloud >/dev/null || need+=(google-cloud-cli)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v javac >/dev/null || need+=(openjdk-17-jdk-headless)
@@ -96,6 +100,19 @@ pids+=($!)
 waitport 127.0.0.1 "$eport" 60
 export DEDUPFLOW_EMULATOR_HOST="127.0.0.1:$eport"
 log "pubsub emulator on $eport"
+
+# --- Google's Spanner and Bigtable emulators (the table sinks' servers) -------
+# Exported under the clients' own names: the sinks' tests and the binaries
+# they start reach the emulators as any Google client does.
+sport=$(freeport)
+"$spanneremu" --host_port "127.0.0.1:$sport" >"$work/spanner.log" 2>&1 &
+pids+=($!)
+bport=$(freeport)
+"$bigtableemu" -host 127.0.0.1 -port "$bport" >"$work/bigtable.log" 2>&1 &
+pids+=($!)
+waitport 127.0.0.1 "$sport" 60 && waitport 127.0.0.1 "$bport" 60
+export SPANNER_EMULATOR_HOST="127.0.0.1:$sport" BIGTABLE_EMULATOR_HOST="127.0.0.1:$bport"
+log "spanner emulator on $sport, bigtable emulator on $bport"
 
 # --- Chromium and the Node client ---------------------------------------------
 export DEDUPFLOW_CHROMIUM="$(command -v chromium)"

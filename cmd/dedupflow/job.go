@@ -75,7 +75,7 @@ type auditFlags struct {
 }
 
 // sinkFlags are --sink and the flags of its kinds.
-type sinkFlags struct{ spec, table, onConflict, metadata, fields string }
+type sinkFlags struct{ spec, table, onConflict, metadata, fields, family, rowKey string }
 
 func (j *jobFlags) register(fs *flag.FlagSet) {
 	n, k, t, s := &j.names, &j.key, &j.time, &j.sink
@@ -92,8 +92,8 @@ func (j *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.mode, "horizon-mode", "fixed", "fixed (a key lives --horizon from first sight) or sliding (each caught copy keeps its key another --horizon)")
 	fs.StringVar(&k.missing, "missing-id", "fallback", "a message without the id attribute: fallback (to the message ID), reject (dead-letter) or pass")
 	fs.StringVar(&j.state, "state", "mem", "where the horizon lives: mem, file:PATH (survives restarts) or redis://host:port/db (shared by replicas)")
-	fs.StringVar(&s.spec, "sink", "pubsub", "where survivors go: pubsub (the output topic), stdout (JSON lines), postgres://… or bigquery://PROJECT/DATASET (see --table)")
-	fs.StringVar(&s.table, "table", "events", "table of a database sink")
+	fs.StringVar(&s.spec, "sink", "pubsub", "where survivors go: pubsub (the output topic), stdout (JSON lines), postgres://…, spanner://projects/P/instances/I/databases/D, bigtable://projects/P/instances/I or bigquery://PROJECT/DATASET (see --table)")
+	fs.StringVar(&s.table, "table", "events", "table of a database sink (spanner, bigtable, bigquery: it must exist)")
 	fs.StringVar(&s.onConflict, "on-conflict", "nothing", "database sink, key already written: nothing (keep the first row) or update (last write wins)")
 	s.registerColumns(fs)
 	fs.BoolVar(&j.shadow, "shadow", false, "decide and count duplicates but emit every message")
@@ -325,10 +325,10 @@ func (j *jobFlags) eventConfig(c *jobConfig) error {
 // outputLabel says where survivors go, for the start log line: the topic,
 // stdout or the table.
 func (c *jobConfig) outputLabel() string {
-	switch c.sink.kind {
-	case sinkPubSub:
+	switch {
+	case c.sink.kind == sinkPubSub:
 		return c.out.String()
-	case sinkPostgres:
+	case c.sink.kind == sinkPostgres || tableSink(c.sink.kind):
 		return "table " + c.sink.table
 	}
 	return "stdout"

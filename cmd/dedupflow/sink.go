@@ -19,8 +19,10 @@ import (
 	"github.com/dedupflow/dedupflow/pubsubio"
 	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/bigquery"
+	"github.com/dedupflow/dedupflow/sink/bigtable"
 	"github.com/dedupflow/dedupflow/sink/columns"
 	"github.com/dedupflow/dedupflow/sink/postgres"
+	"github.com/dedupflow/dedupflow/sink/spanner"
 	"github.com/dedupflow/dedupflow/sink/stdout"
 	"github.com/dedupflow/dedupflow/sink/topic"
 )
@@ -33,6 +35,8 @@ type sinkSpec struct {
 	onConflict postgres.OnConflict
 	metadata   columns.Metadata // for the table sinks
 	fields     []string         // JSON fields written as columns, for the table sinks
+	family     string           // for the bigtable sink
+	rowKey     bigtable.RowKey  // for the bigtable sink
 }
 
 // sinkWiring is what a sink is opened with.
@@ -50,6 +54,8 @@ const (
 	sinkPubSub   = "pubsub"
 	sinkStdout   = "stdout"
 	sinkPostgres = "postgres"
+	sinkSpanner  = "spanner"
+	sinkBigtable = "bigtable"
 	sinkBigQuery = "bigquery"
 )
 
@@ -62,10 +68,17 @@ func sinkKind(spec string) (string, error) {
 		return sinkStdout, nil
 	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
 		return sinkPostgres, nil
+	case strings.HasPrefix(spec, "spanner://"):
+		_, err := spanner.ParseURL(spec)
+		return sinkSpanner, err
+	case strings.HasPrefix(spec, "bigtable://"):
+		_, _, err := bigtable.ParseURL(spec)
+		return sinkBigtable, err
 	case strings.HasPrefix(spec, "bigquery://"):
-		return sinkBigQuery, nil
+		_, _, err := bigquery.ParseURL(spec)
+		return sinkBigQuery, err
 	}
-	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout, a postgres:// URL or bigquery://PROJECT/DATASET", sinkLabel(spec))
+	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout, a postgres:// URL, spanner://projects/P/instances/I/databases/D, bigtable://projects/P/instances/I or bigquery://PROJECT/DATASET", sinkLabel(spec))
 }
 
 // openSink opens the sink named by --sink. The returned func stops it,
@@ -81,6 +94,19 @@ func openSink(ctx context.Context, s sinkSpec, w sinkWiring) (sink.Sink, func(),
 			out = os.Stdout
 		}
 		return stdout.New(out), func() {}, nil
+	case sinkSpanner:
+		ss, err := spanner.Open(ctx, s.url, spanner.Options{Table: s.table, Metadata: s.metadata, Fields: s.fields, Subscription: w.sub, Logger: w.log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--sink spanner: %w", err)
+		}
+		return ss, ss.Close, nil
+	case sinkBigtable:
+		bs, err := bigtable.Open(ctx, s.url, bigtable.Options{Table: s.table, Family: s.family, RowKey: s.rowKey,
+			Metadata: s.metadata, Fields: s.fields, Subscription: w.sub, Logger: w.log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--sink bigtable: %w", err)
+		}
+		return bs, bs.Close, nil
 	case sinkBigQuery:
 		bs, err := bigquery.Open(ctx, s.url, bigquery.Options{Table: s.table, Metadata: s.metadata, Fields: s.fields,
 			Subscription: w.sub, Endpoints: bqenv.EndpointsFromEnv(), Logger: w.log})
@@ -110,15 +136,25 @@ func sinkLabel(spec string) string { return redact.URL(spec) }
 
 // tableSink reports whether kind writes rows of columns, and so reads
 // --metadata-columns and --fields.
-func tableSink(kind string) bool { return kind == sinkBigQuery }
+func tableSink(kind string) bool {
+	return kind == sinkSpanner || kind == sinkBigtable || kind == sinkBigQuery
+}
 
 func (s *sinkFlags) registerColumns(fs *flag.FlagSet) {
 	fs.StringVar(&s.metadata, "metadata-columns", "all", "table sinks: metadata columns written, all, none or a list of key (named as --output-id-attribute), message_id, publish_time, attributes, data, subscription_name; KIND=COLUMN renames one")
 	fs.StringVar(&s.fields, "fields", "", "table sinks: fields of a JSON payload written to columns of the same names, comma-separated (spanner: default the table's other columns)")
+	fs.StringVar(&s.family, "column-family", bigtable.DefaultFamily, "bigtable sink: the column family written (a rewrite clears it first)")
+	fs.StringVar(&s.rowKey, "row-key", "{key}", "bigtable sink: row key template of {key}, {message_id}, {attributes.NAME} and {data.NAME} (a JSON field)")
 }
 
-// checkColumns checks --metadata-columns and --fields into s.
+// checkColumns checks --metadata-columns and --fields into s, and for a
+// table sink the flags it shares with postgres.
 func (j *jobFlags) checkColumns(s *sinkSpec) error {
+	for _, f := range []string{"column-family", "row-key"} {
+		if j.given[f] && s.kind != sinkBigtable {
+			return fmt.Errorf("--%s applies to --sink bigtable only, not --sink %s", f, sinkLabel(s.url))
+		}
+	}
 	if !tableSink(s.kind) {
 		for _, f := range []string{"metadata-columns", "fields"} {
 			if j.given[f] {
@@ -126,6 +162,16 @@ func (j *jobFlags) checkColumns(s *sinkSpec) error {
 			}
 		}
 		return nil
+	}
+	switch {
+	case j.given["on-conflict"]:
+		how := "it writes each key once, last write winning"
+		if s.kind == sinkBigQuery {
+			how = "it appends each key once, the first write kept"
+		}
+		return fmt.Errorf("--on-conflict applies to --sink postgres only, not --sink %s (%s)", s.kind, how)
+	case s.table == "":
+		return fmt.Errorf("--sink %s needs --table", s.kind)
 	}
 	key := cmp.Or(j.key.outIDAttr, j.key.idAttr, pipeline.DefaultIDAttribute)
 	var err error
@@ -140,6 +186,10 @@ func (j *jobFlags) checkColumns(s *sinkSpec) error {
 			return fmt.Errorf("--fields: %q is also a metadata column (see --metadata-columns)", f)
 		}
 		s.fields = append(s.fields, f)
+	}
+	s.family = j.sink.family
+	if s.rowKey, err = bigtable.ParseRowKey(j.sink.rowKey); err != nil {
+		return fmt.Errorf("--row-key: %w", err)
 	}
 	return nil
 }

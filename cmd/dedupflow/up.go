@@ -59,6 +59,9 @@ func (u *upFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&j.metricsAddr, "metrics-addr", "127.0.0.1:9464", "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&u.brokerAddr, "broker-addr", "127.0.0.1:8085", "address of the Pub/Sub-compatible broker, for other clients to join")
 	fs.StringVar(&u.consoleAddr, "console-addr", "127.0.0.1:8080", "address of the web console")
+	fs.StringVar(&j.sink.spec, "sink", sinkPubSub, "where survivors go: pubsub (the topic "+upOutputTopic+", which the console shows), postgres://…, spanner://projects/P/instances/I/databases/D or bigtable://projects/P/instances/I (see --table)")
+	fs.StringVar(&j.sink.table, "table", "events", "table of a database sink (spanner, bigtable: it must exist)")
+	j.sink.registerColumns(fs)
 }
 
 // config fixes what up decides itself and checks the rest.
@@ -71,8 +74,11 @@ func (u *upFlags) config() (upConfig, error) {
 	// start again with each run, so a horizon kept across runs would take
 	// new messages for redeliveries of old ones.
 	j.state = "mem"
-	j.names.inSub, j.names.outTopic = upPipelineSub, upOutputTopic
-	j.sink.spec, j.key.missing, j.maxOutstanding, j.maxBytes = sinkPubSub, "fallback", 1000, defaultMaxBytes
+	j.names.inSub = upPipelineSub
+	if j.sink.spec == sinkPubSub {
+		j.names.outTopic = upOutputTopic
+	}
+	j.key.missing, j.maxOutstanding, j.maxBytes = "fallback", 1000, defaultMaxBytes
 	cfg, err := j.config()
 	return upConfig{job: cfg, brokerAddr: u.brokerAddr, consoleAddr: u.consoleAddr}, err
 }
@@ -109,6 +115,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// Check every flag before anything starts listening.
+	u.job.given = given(fs)
 	cfg, err := u.config()
 	if err != nil {
 		return err
@@ -211,7 +218,12 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 			pmu.Lock()
 			p = pp
 			pmu.Unlock()
-			banner.Do(func() { printBanner(stdout, consoleURL, brokerAddr, u.job.project, u.job.pipeline.IDAttribute) })
+			banner.Do(func() {
+				printBanner(stdout, consoleURL, brokerAddr, u.job.project, u.job.pipeline.IDAttribute)
+				if u.job.sink.kind != sinkPubSub {
+					fmt.Fprintf(stdout, "Survivors go to %s of --sink %s, not to %s.\n", u.job.outputLabel(), sinkLabel(u.job.sink.url), upOutputTopic)
+				}
+			})
 		})
 		if e == nil && gctx.Err() == nil {
 			e = errors.New("pipeline stopped unexpectedly")

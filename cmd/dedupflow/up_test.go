@@ -116,6 +116,9 @@ func TestUpBadFlags(t *testing.T) {
 		{[]string{"extra"}, "unexpected argument"},
 		// The console advises --audit-horizon: up takes it, checked as the pipeline checks it.
 		{[]string{"--audit-horizon", "1m"}, "--audit-horizon 1m0s must be longer than --horizon 10m0s"},
+		// The table sinks, checked as the pipeline checks them.
+		{[]string{"--sink", "spanner://projects/p"}, "want spanner://projects/P/instances/I/databases/D"},
+		{[]string{"--metadata-columns", "none"}, "--metadata-columns applies to table sinks only, not --sink pubsub"},
 	} {
 		var stdout, stderr testenv.Buffer
 		args := append([]string{"up", "--broker-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"}, tc.args...)

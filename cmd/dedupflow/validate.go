@@ -55,12 +55,12 @@ func (j *jobFlags) checkSink() (sinkSpec, error) {
 	case s.kind != sinkPubSub && j.names.outTopic != "":
 		return s, fmt.Errorf("--output-topic applies to --sink pubsub only, not --sink %s", sinkLabel(s.url))
 	}
-	if err := j.checkColumns(&s); err != nil {
+	if err := j.checkColumns(&s); err != nil || tableSink(s.kind) {
 		return s, err
 	}
 	if s.kind != sinkPostgres {
 		for _, f := range []string{"table", "on-conflict"} {
-			if j.given[f] && !(f == "table" && tableSink(s.kind)) {
+			if j.given[f] {
 				return s, fmt.Errorf("--%s applies to --sink postgres only, not --sink %s", f, sinkLabel(s.url))
 			}
 		}

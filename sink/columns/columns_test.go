@@ -141,3 +141,26 @@ func TestFieldsNoneAsked(t *testing.T) {
 		t.Errorf("Fields(binary, nil) = %v, %v; want nil, nil", got, err)
 	}
 }
+
+// TestFieldsLiteralNames: a name is a field's name, not a path, and the
+// last of a name given twice wins, as encoding/json decodes it.
+func TestFieldsLiteralNames(t *testing.T) {
+	got, err := Fields([]byte(`{"a.b":1,"a":{"b":2},"x":"first","x":"last","q\"uote":3,"*":4}`), []string{"a.b", "x", `q"uote`, "*", "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []json.RawMessage{json.RawMessage(`1`), json.RawMessage(`"last"`), json.RawMessage(`3`), json.RawMessage(`4`), json.RawMessage(`{"b":2}`)}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("fields (-want +got):\n%s", diff)
+	}
+}
+
+func BenchmarkFields(b *testing.B) {
+	data := []byte(`{"order":12345,"customer":"c-42","items":[{"sku":"A-1","qty":2}],"total":19.99}`)
+	names := []string{"customer", "total"}
+	for b.Loop() {
+		if _, err := Fields(data, names); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
