@@ -203,15 +203,29 @@ func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 // WriteBatch implements sink.BatchSink. A message that does not fit the
 // table fails alone with sink.ErrPermanent and the column at fault; a
 // message whose key may be in the table already is looked up first.
+// Copies of a key in one batch are folded into the first one's row, as
+// two writes in arrival order would leave one, and share its outcome.
 func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error) {
 	rows := make([][]byte, 0, len(ms))
 	at := make([]int, 0, len(ms)) // the message of each row
 	var check []int
+	first := make(map[string]int, len(ms)) // key -> the message written for it
+	var copies [][2]int                    // a copy and the message written for it
+	defer func() {
+		for _, c := range copies {
+			errs[c[0]] = errs[c[1]]
+		}
+	}()
 	for i, m := range ms {
+		if j, ok := first[columns.KeyOf(m)]; ok {
+			copies = append(copies, [2]int{i, j})
+			continue
+		}
 		vs, err := s.md.Values(m, s.sub)
 		if err == nil {
 			var row []byte
 			if row, err = s.t.Encode(bq.Row{Data: m.Data, Meta: values(vs)}, s.enc); err == nil {
+				first[columns.KeyOf(m)] = i
 				rows, at = append(rows, row), append(at, i)
 				if m.Retaken || s.isUnsure(columns.KeyOf(m)) {
 					check = append(check, len(rows)-1)

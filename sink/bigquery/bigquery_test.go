@@ -185,6 +185,22 @@ func TestRetakenLookedUp(t *testing.T) {
 	}
 }
 
+// Two copies of a key in one batch make one row, and both are written.
+func TestCopiesInOneBatch(t *testing.T) {
+	f := newFixture(t)
+	f.table(t, "orders", orders)
+	s := f.open(t, Options{Table: "orders"})
+	again := order(1)
+	again.ID = "m1-again"
+	if err := errors.Join(writeAll(t, s, []*sink.Message{order(1), order(2), again})...); err != nil {
+		t.Fatal(err)
+	}
+	rows := f.query(t, fmt.Sprintf("SELECT eid, message_id FROM `%s` ORDER BY eid", s.Table()))
+	if fmt.Sprint(rows) != "[[k1 m1] [k2 m2]]" {
+		t.Errorf("rows = %v, want k1 once (its first copy, m1) and k2", rows)
+	}
+}
+
 // Without the lookup (a key not marked retaken) a re-write is a second
 // row: the shipped view shows it once, with the first publish.
 func TestDedupViewHidesExtras(t *testing.T) {
