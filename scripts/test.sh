@@ -158,7 +158,7 @@ bqrest=$(freeport) bqgrpc=$(freeport)
 pids+=($!)
 waitport 127.0.0.1 "$bqrest" 60 && waitport 127.0.0.1 "$bqgrpc" 60
 export BIGQUERY_EMULATOR_HOST="127.0.0.1:$bqrest" BIGQUERY_STORAGE_EMULATOR_HOST="127.0.0.1:$bqgrpc"
-export DEDUPFLOW_BIGQUERY_PROJECT=dedupflow
+export BIGQUERY_EMULATOR_PROJECT=dedupflow
 log "bigquery emulator on $bqrest (REST) and $bqgrpc (Storage API)"
 
 # --- fsouza/fake-gcs-server (Cloud Storage subscriptions' server) -----------

@@ -47,7 +47,7 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 		{[]string{"--sink", "kafka"}, `unknown --sink "kafka"`},
 		{[]string{"--sink", "stdout", "--metadata-columns", "none"}, "--metadata-columns applies to table sinks only, not --sink stdout"},
 		{[]string{"--output-topic", "out", "--fields", "a"}, "--fields applies to table sinks only, not --sink pubsub"},
-		{[]string{"--sink", "bigquery://p/d", "--on-conflict", "update"}, "--on-conflict applies to --sink postgres only, not --sink bigquery (it appends"},
+		{[]string{"--sink", "bigquery://p/d", "--on-conflict", "update"}, "--on-conflict applies to --sink postgres only, not --sink bigquery (it appends each key once, the first write kept)"},
 		{[]string{"--sink", "bigquery://p/d", "--metadata-columns", "key,bogus"}, `--metadata-columns: unknown metadata column "bogus"`},
 		{[]string{"--sink", "spanner://projects/p/databases/d"}, "want spanner://projects/P/instances/I/databases/D"},
 		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--on-conflict", "update"}, "--on-conflict applies to --sink postgres only, not --sink spanner"},

@@ -54,9 +54,9 @@ const (
 	sinkPubSub   = "pubsub"
 	sinkStdout   = "stdout"
 	sinkPostgres = "postgres"
-	sinkBigQuery = "bigquery"
 	sinkSpanner  = "spanner"
 	sinkBigtable = "bigtable"
+	sinkBigQuery = "bigquery"
 )
 
 // sinkKind tells which sink --sink names.
@@ -68,16 +68,17 @@ func sinkKind(spec string) (string, error) {
 		return sinkStdout, nil
 	case strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://"):
 		return sinkPostgres, nil
-	case strings.HasPrefix(spec, "bigquery://"):
-		return sinkBigQuery, nil
 	case strings.HasPrefix(spec, "spanner://"):
 		_, err := spanner.ParseURL(spec)
 		return sinkSpanner, err
 	case strings.HasPrefix(spec, "bigtable://"):
 		_, _, err := bigtable.ParseURL(spec)
 		return sinkBigtable, err
+	case strings.HasPrefix(spec, "bigquery://"):
+		_, _, err := bigquery.ParseURL(spec)
+		return sinkBigQuery, err
 	}
-	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout, a postgres:// URL, bigquery://PROJECT/DATASET, spanner://projects/P/instances/I/databases/D or bigtable://projects/P/instances/I", sinkLabel(spec))
+	return "", fmt.Errorf("unknown --sink %q: want pubsub, stdout, a postgres:// URL, spanner://projects/P/instances/I/databases/D, bigtable://projects/P/instances/I or bigquery://PROJECT/DATASET", sinkLabel(spec))
 }
 
 // openSink opens the sink named by --sink. The returned func stops it,
@@ -93,13 +94,6 @@ func openSink(ctx context.Context, s sinkSpec, w sinkWiring) (sink.Sink, func(),
 			out = os.Stdout
 		}
 		return stdout.New(out), func() {}, nil
-	case sinkBigQuery:
-		bs, err := bigquery.Open(ctx, s.url, bigquery.Options{Table: s.table, Metadata: s.metadata, Fields: s.fields,
-			Subscription: w.sub, Endpoints: bqenv.EndpointsFromEnv(), Logger: w.log})
-		if err != nil {
-			return nil, nil, fmt.Errorf("--sink bigquery: %w", err)
-		}
-		return bs, bs.Close, nil
 	case sinkSpanner:
 		ss, err := spanner.Open(ctx, s.url, spanner.Options{Table: s.table, Metadata: s.metadata, Fields: s.fields, Subscription: w.sub, Logger: w.log})
 		if err != nil {
@@ -111,6 +105,13 @@ func openSink(ctx context.Context, s sinkSpec, w sinkWiring) (sink.Sink, func(),
 			Metadata: s.metadata, Fields: s.fields, Subscription: w.sub, Logger: w.log})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--sink bigtable: %w", err)
+		}
+		return bs, bs.Close, nil
+	case sinkBigQuery:
+		bs, err := bigquery.Open(ctx, s.url, bigquery.Options{Table: s.table, Metadata: s.metadata, Fields: s.fields,
+			Subscription: w.sub, Endpoints: bqenv.EndpointsFromEnv(), Logger: w.log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--sink bigquery: %w", err)
 		}
 		return bs, bs.Close, nil
 	default:
@@ -136,7 +137,7 @@ func sinkLabel(spec string) string { return redact.URL(spec) }
 // tableSink reports whether kind writes rows of columns, and so reads
 // --metadata-columns and --fields.
 func tableSink(kind string) bool {
-	return kind == sinkBigQuery || kind == sinkSpanner || kind == sinkBigtable
+	return kind == sinkSpanner || kind == sinkBigtable || kind == sinkBigQuery
 }
 
 func (s *sinkFlags) registerColumns(fs *flag.FlagSet) {
@@ -163,10 +164,12 @@ func (j *jobFlags) checkColumns(s *sinkSpec) error {
 		return nil
 	}
 	switch {
-	case j.given["on-conflict"] && s.kind == sinkBigQuery:
-		return fmt.Errorf("--on-conflict applies to --sink postgres only, not --sink %s (it appends, and a retaken key is looked up before it is written again)", s.kind)
 	case j.given["on-conflict"]:
-		return fmt.Errorf("--on-conflict applies to --sink postgres only, not --sink %s (it writes each key once, last write winning)", s.kind)
+		how := "it writes each key once, last write winning"
+		if s.kind == sinkBigQuery {
+			how = "it appends each key once, the first write kept"
+		}
+		return fmt.Errorf("--on-conflict applies to --sink postgres only, not --sink %s (%s)", s.kind, how)
 	case s.table == "":
 		return fmt.Errorf("--sink %s needs --table", s.kind)
 	}

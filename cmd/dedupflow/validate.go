@@ -60,7 +60,7 @@ func (j *jobFlags) checkSink() (sinkSpec, error) {
 	}
 	if s.kind != sinkPostgres {
 		for _, f := range []string{"table", "on-conflict"} {
-			if j.given[f] && !(f == "table" && tableSink(s.kind)) {
+			if j.given[f] {
 				return s, fmt.Errorf("--%s applies to --sink postgres only, not --sink %s", f, sinkLabel(s.url))
 			}
 		}

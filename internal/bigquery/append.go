@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"cloud.google.com/go/bigquery/storage/apiv1/storagepb"
@@ -71,8 +73,15 @@ func (c *Client) NewWriter(ctx context.Context, t *Table, maxRequest int, log *s
 	return w, nil
 }
 
-// Close closes the stream and its connection.
-func (w *Writer) Close() error { return errors.Join(w.ms.Close(), w.mw.Close()) }
+// Close closes the stream and its connection. The stream's io.EOF is
+// its server's goodbye, not an error.
+func (w *Writer) Close() error {
+	err := w.ms.Close()
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return errors.Join(err, w.mw.Close())
+}
 
 // MaxRequest is the request size the writer fills to now: its start, or
 // what it learned from the server.
@@ -190,6 +199,17 @@ func (w *Writer) send(ctx context.Context, rows [][]byte, idx []int, errs []erro
 	return again
 }
 
+// Locked reports whether err is goccy/bigquery-emulator's refusal of a
+// request while another holds its database ("sqlite3: database is
+// locked"), or the io.EOF of the appends behind such a refusal, since the
+// emulator ends the stream with it: either way its transaction rolled
+// back or never began, so nothing was written. Tests, which write from
+// several packages at once, send such requests again; the sink treats
+// them as any failed append.
+func Locked(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "sqlite3: database is locked") || errors.Is(err, io.EOF))
+}
+
 // tooLarge is gRPC's refusal of a message over a server's receive limit.
 var tooLarge = regexp.MustCompile(`larger than max \(\d+ vs\. (\d+)\)`)
 
@@ -205,5 +225,8 @@ func serverMax(err error) (int, bool) {
 		return 0, false
 	}
 	n, err := strconv.Atoi(m[1])
-	return n, err == nil && n > 2*requestSlack
+	if err != nil || n <= 2*requestSlack {
+		return 0, false // no room for rows: not a limit to fill
+	}
+	return n, true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"cloud.google.com/go/bigquery"
 	"google.golang.org/api/iterator"
@@ -44,7 +45,31 @@ func (c *Client) Present(ctx context.Context, t *Table, column string, keys []st
 func quote(name string) string { return "`" + strings.ReplaceAll(name, "`", "") + "`" }
 
 // Query runs q (GoogleSQL) and returns its rows, for checks and tests.
-func (c *Client) Query(ctx context.Context, q string) ([][]bigquery.Value, error) {
+func (c *Client) Query(ctx context.Context, q string) (rows [][]bigquery.Value, err error) {
+	err = retryLocked(ctx, func() error {
+		rows, err = c.query(ctx, q)
+		return err
+	})
+	return rows, err
+}
+
+// retryLocked runs f again, a few times, while the emulator refuses it as
+// Locked: the tests' helpers below write from several packages at once.
+func retryLocked(ctx context.Context, f func() error) error {
+	for try := 1; ; try++ {
+		err := f()
+		if !Locked(err) || try == 5 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Client) query(ctx context.Context, q string) ([][]bigquery.Value, error) {
 	it, err := c.bq.Query(q).Read(ctx)
 	if err != nil {
 		return nil, err
@@ -66,10 +91,12 @@ func (c *Client) Query(ctx context.Context, q string) ([][]bigquery.Value, error
 // CreateTable creates a table with schema s, for start-up of a
 // tutorial and for tests; the sink never creates one.
 func (c *Client) CreateTable(ctx context.Context, ref TableRef, s bigquery.Schema) error {
-	return c.bq.Dataset(ref.Dataset).Table(ref.Table).Create(ctx, &bigquery.TableMetadata{Schema: s})
+	return retryLocked(ctx, func() error {
+		return c.bq.Dataset(ref.Dataset).Table(ref.Table).Create(ctx, &bigquery.TableMetadata{Schema: s})
+	})
 }
 
 // CreateDataset creates a dataset, for tests.
 func (c *Client) CreateDataset(ctx context.Context, dataset string) error {
-	return c.bq.Dataset(dataset).Create(ctx, nil)
+	return retryLocked(ctx, func() error { return c.bq.Dataset(dataset).Create(ctx, nil) })
 }

@@ -76,7 +76,7 @@ func BigQuery(t testing.TB) (project string) {
 	t.Helper()
 	need(t, "BIGQUERY_EMULATOR_HOST", "goccy/bigquery-emulator's HTTP port")
 	need(t, "BIGQUERY_STORAGE_EMULATOR_HOST", "goccy/bigquery-emulator's gRPC port")
-	return need(t, "DEDUPFLOW_BIGQUERY_PROJECT", "the project goccy/bigquery-emulator serves (its --project)")
+	return need(t, "BIGQUERY_EMULATOR_PROJECT", "the project goccy/bigquery-emulator serves (its --project; the emulator reads it too)")
 }
 
 // Chromium is the path of a Chromium binary for browser tests.

@@ -21,10 +21,11 @@
 //     prove it.
 //
 // So rows go to the _default stream, and the sink closes its gap itself: a
-// message whose key was taken over from a claim that never committed
-// (sink.Message.Retaken, set by the store) or whose earlier append in this
-// process failed without a verdict is looked up in the table first, one
-// query per batch that holds any such message. A key already there is
+// message that a stopped process may have written (sink.Message.Retaken:
+// its key was taken over from a lapsed claim, or it was published before
+// this process started) or whose earlier append in this process failed
+// without a verdict is looked up in the table first, one query per batch
+// that holds any such message. A key already there is
 // reported written without a second row. A row whose append answered is
 // visible to queries at once, so the lookup finds every write that
 // finished before the old process died.
@@ -89,18 +90,18 @@ type Stats struct {
 
 // Sink appends messages to a BigQuery table.
 type Sink struct {
-	c       *bq.Client
-	t       *bq.Table
-	w       *bq.Writer
-	md      columns.Metadata
-	key     string // the key's column
-	enc     bq.Options
-	sub     string
-	log     *slog.Logger
-	mu      sync.Mutex
-	unsure  map[string]bool // keys whose append failed without a verdict
-	stats   struct{ appended, present, lookups atomic.Int64 }
-	closeMu sync.Once
+	c         *bq.Client
+	t         *bq.Table
+	w         *bq.Writer
+	md        columns.Metadata
+	key       string // the key's column
+	enc       bq.Options
+	sub       string
+	log       *slog.Logger
+	mu        sync.Mutex
+	unsure    map[string]bool // keys whose append failed without a verdict
+	stats     struct{ appended, present, lookups atomic.Int64 }
+	closeOnce sync.Once
 }
 
 // Open opens the table that url (bigquery://PROJECT/DATASET) and
@@ -185,7 +186,7 @@ func (s *Sink) Table() string { return s.t.String() }
 
 // Close closes the stream and the connections.
 func (s *Sink) Close() {
-	s.closeMu.Do(func() {
+	s.closeOnce.Do(func() {
 		if err := errors.Join(s.w.Close(), s.c.Close()); err != nil {
 			s.log.Warn("bigquery sink: closing", "err", err)
 		}
@@ -202,15 +203,29 @@ func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 // WriteBatch implements sink.BatchSink. A message that does not fit the
 // table fails alone with sink.ErrPermanent and the column at fault; a
 // message whose key may be in the table already is looked up first.
+// Copies of a key in one batch are folded into the first one's row, as
+// two writes in arrival order would leave one, and share its outcome.
 func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error) {
 	rows := make([][]byte, 0, len(ms))
 	at := make([]int, 0, len(ms)) // the message of each row
 	var check []int
+	first := make(map[string]int, len(ms)) // key -> the message written for it
+	var copies [][2]int                    // a copy and the message written for it
+	defer func() {
+		for _, c := range copies {
+			errs[c[0]] = errs[c[1]]
+		}
+	}()
 	for i, m := range ms {
+		if j, ok := first[columns.KeyOf(m)]; ok {
+			copies = append(copies, [2]int{i, j})
+			continue
+		}
 		vs, err := s.md.Values(m, s.sub)
 		if err == nil {
 			var row []byte
 			if row, err = s.t.Encode(bq.Row{Data: m.Data, Meta: values(vs)}, s.enc); err == nil {
+				first[columns.KeyOf(m)] = i
 				rows, at = append(rows, row), append(at, i)
 				if m.Retaken || s.isUnsure(columns.KeyOf(m)) {
 					check = append(check, len(rows)-1)
