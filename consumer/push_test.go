@@ -284,12 +284,14 @@ func pushSeedAndSlow(t *testing.T, host string) {
 	// The slow message's first call outlived its ack deadline, so it was
 	// pushed again meanwhile; that copy waited for the first call (the
 	// same key, in this process), then found the key done: a redelivery,
-	// answered 204 without calling next. Messages 3 and 4 never reach it.
+	// answered 204 without calling next. Of Messages 2, 3 and 4 (one key),
+	// the first pushed reaches it, the others never: a server may push
+	// them in any order, and does under load.
 	n := map[string]int{}
 	for _, d := range s.get() {
 		n[d]++
 	}
-	if n["Message 1"] != 1 || n["Message 2"] != 1 || n["Message 3"] != 0 || n["Message 4"] != 0 || n["slow"] != 1 {
+	if n["Message 1"] != 1 || n["Message 2"]+n["Message 3"]+n["Message 4"] != 1 || n["slow"] != 1 {
 		t.Fatalf("next saw %v", s.get())
 	}
 }
