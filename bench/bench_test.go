@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -260,5 +261,22 @@ func TestUnusableEventsAreNotExpected(t *testing.T) {
 	var ce *correctnessError
 	if _, err := verifyOutputs(wl, seen, 0, true); !errors.As(err, &ce) {
 		t.Fatalf("an unusable event in the output passed: %v", err)
+	}
+}
+
+// A run told to write its plots into a new folder keeps its measurements:
+// results.json is saved there before the plots make the folder.
+func TestSaveMakesItsFolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "new", "results.json")
+	e := &env{stderr: io.Discard, rows: []row{{section: "pipeline", group: "30% copies", name: nameMem, unit: "msg/s in", values: []float64{5}}}}
+	if err := e.save(path); err != nil {
+		t.Fatal(err)
+	}
+	var back env
+	if err := back.load(path); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.rows) != 1 || back.rows[0].values[0] != 5 {
+		t.Fatalf("rows saved and loaded back: %+v", back.rows)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
 // saved is a run's measurements as JSON (--save), so that the report and
@@ -57,6 +58,11 @@ func (e *env) save(path string) error {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode results: %w", err)
+	}
+	// The plots' folder, where results.json goes, is made when the plots
+	// are drawn, after this.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("save results: %w", err)
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return fmt.Errorf("save results: %w", err)
