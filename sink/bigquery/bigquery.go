@@ -21,20 +21,19 @@
 //     prove it.
 //
 // So rows go to the _default stream, and the sink closes its gap itself: a
-// message that a stopped process may have written (sink.Message.Retaken:
-// its key was taken over from a lapsed claim, or it was published before
-// this process started) or whose earlier append in this process failed
+// message whose key a stopped process may have written (sink.Message.Retaken:
+// its key was taken over from a lapsed claim, or it came in the first horizon
+// after this process started) or whose earlier append in this process failed
 // without a verdict is looked up in the table first, one query per batch
-// that holds any such message. A key already there is
-// reported written without a second row. A row whose append answered is
-// visible to queries at once, so the lookup finds every write that
-// finished before the old process died.
+// that holds any such message. A key already there is reported written
+// without a second row. A row whose append answered is visible to queries
+// at once, so the lookup finds every write that finished before the old
+// process died.
 //
 // What is left: an append still in flight when its process died that the
-// server applies after the new owner's lookup (its claim's lease has to run
-// out in between, seconds, so the window is narrow), and a store that forgets
-// claims across a crash (the memory store), which cannot mark Retaken. Each
-// such row is an extra row with the same key; the view DedupView hides it.
+// server applies after the new owner's lookup, and a replica that died
+// while the others ran on past their first horizon. Each such row is an
+// extra row with the same key; the view DedupView hides it.
 package bigquery
 
 import (
