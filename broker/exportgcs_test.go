@@ -48,7 +48,7 @@ func storageServer(t testing.TB) (host string, client *storage.Client, bucket st
 func objects(t testing.TB, client *storage.Client, bucket, prefix string, n int) (names []string, contents [][]byte) {
 	t.Helper()
 	ctx := context.Background()
-	for end := time.Now().Add(20 * time.Second); ; {
+	for end := time.Now().Add(2 * time.Minute); ; {
 		names = names[:0]
 		it := client.Bucket(bucket).Objects(ctx, &storage.Query{Prefix: prefix})
 		for {
@@ -88,7 +88,7 @@ func objects(t testing.TB, client *storage.Client, bucket, prefix string, n int)
 func waitStorageState(t *testing.T, c *pubsub.Client, sub string, want pb.CloudStorageConfig_State) {
 	t.Helper()
 	var got pb.CloudStorageConfig_State
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	for end := time.Now().Add(2 * time.Minute); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		s, err := c.SubscriptionAdminClient.GetSubscription(context.Background(), &pb.GetSubscriptionRequest{Subscription: sub})
 		if err != nil {
 			t.Fatal(err)
