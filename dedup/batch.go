@@ -46,8 +46,8 @@ func ClaimBatch(ctx context.Context, s Store, cs []Claim, vs []Verdict, errs []e
 		bs.ClaimBatch(ctx, cs, vs, errs)
 		return
 	}
-	for i, c := range cs {
-		vs[i], errs[i] = s.Claim(ctx, c)
+	for i := range cs {
+		vs[i], errs[i] = s.Claim(ctx, cs[i])
 	}
 }
 

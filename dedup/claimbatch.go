@@ -32,15 +32,28 @@ type BatchClaim struct {
 // its own, as one Claim after another would. It never waits for this
 // process's own writes: such a message is marked Here.
 func (d *Deduper) ClaimBatch(ctx context.Context, bs []BatchClaim) {
-	cs := make([]Claim, 0, len(bs))
-	at := make([]int, 0, len(bs)) // the message of each claim
-	expiries := make([]time.Time, len(bs))
+	cs, at, expiries := d.enterBatch(bs)
+	vs, errs := make([]Verdict, len(cs)), make([]error, len(cs))
+	ClaimBatch(ctx, d.store, cs, vs, errs)
+	d.answered(bs, cs, at, expiries, vs, errs)
+}
+
+// enterBatch marks the keys of bs as this process's own, judging each in
+// event time, and returns the claims to make of the store: cs[j] is
+// bs[at[j]]'s, which expires at expiries[at[j]]. It is apart from
+// ClaimBatch so that the frames on the stack during the store call stay
+// small.
+func (d *Deduper) enterBatch(bs []BatchClaim) (cs []Claim, at []int, expiries []time.Time) {
+	cs = make([]Claim, 0, len(bs))
+	at = make([]int, 0, len(bs)) // the message of each claim
+	expiries = make([]time.Time, len(bs))
 	var now, expires time.Time
 	if d.wm == nil { // one reading of the clock for the batch
 		now = d.opt.Now()
 		expires = now.Add(d.opt.Horizon)
 	}
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	for i := range bs {
 		b := &bs[i]
 		if d.wm != nil {
@@ -63,12 +76,15 @@ func (d *Deduper) ClaimBatch(ctx context.Context, bs []BatchClaim) {
 		expiries[i] = expires
 		cs, at = append(cs, c), append(at, i)
 	}
-	d.mu.Unlock()
-	vs, errs := make([]Verdict, len(cs)), make([]error, len(cs))
-	ClaimBatch(ctx, d.store, cs, vs, errs)
+	return cs, at, expiries
+}
+
+// answered sets the verdicts, tickets and errors of bs from the store's
+// answers to cs, and lets go of the keys no claim holds now.
+func (d *Deduper) answered(bs []BatchClaim, cs []Claim, at []int, expiries []time.Time, vs []Verdict, errs []error) {
 	var done []Key // claims that hold nothing: this process is not writing them
 	for j, i := range at {
-		b, v := &bs[i], vs[j]
+		b, v := &bs[i], &vs[j]
 		if v.Status == Duplicate && !v.Expires.IsZero() {
 			v.Age = max(expiries[i].Sub(v.Expires), 0)
 		}
@@ -77,10 +93,10 @@ func (d *Deduper) ClaimBatch(ctx context.Context, bs []BatchClaim) {
 			b.Err = fmt.Errorf("claim key: %w", errs[j])
 			done = append(done, b.Key)
 		case v.Status != Proceed:
-			b.Verdict = v
+			b.Verdict = *v
 			done = append(done, b.Key)
 		default:
-			b.Verdict = v
+			b.Verdict = *v
 			b.Ticket = Ticket{Key: b.Key, MsgID: b.MsgID, Seen: cs[j].Now, Expires: expiries[i]}
 		}
 	}

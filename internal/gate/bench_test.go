@@ -31,7 +31,12 @@ func BenchmarkPass(b *testing.B) {
 	for _, c := range []struct {
 		name             string
 		delays, parallel bool
-	}{{"with-delays", true, false}, {"without-delays", false, false}, {"parallel", true, true}} {
+		// fresh: each message on a goroutine of its own, as the client's
+		// Receive runs its callbacks, which pays for every growth of the
+		// goroutine's stack that the path's depth needs.
+		fresh bool
+	}{{"with-delays", true, false, false}, {"without-delays", false, false, false}, {"parallel", true, true, false},
+		{"goroutine-each", true, false, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			g, err := New(Config{Policy: dedup.Policy{IDAttribute: "key"}, Store: mem.New(),
 				Work: Work{Name: "sink", Do: func(context.Context, []*Item, []error) {}, Dependency: true}})
@@ -65,7 +70,13 @@ func BenchmarkPass(b *testing.B) {
 				})
 			} else {
 				for b.Loop() {
-					pass()
+					if !c.fresh {
+						pass()
+						continue
+					}
+					done := make(chan struct{})
+					go func() { pass(); close(done) }()
+					<-done
 				}
 			}
 			if c := g.Counts(); c.DuplicateRepublish == 0 && next.Load() > 10 {

@@ -28,19 +28,24 @@ const (
 func WriteTo(s sink.Sink, idAttr string) func(ctx context.Context, its []*Item, errs []error) {
 	return func(ctx context.Context, its []*Item, errs []error) {
 		ms := make([]*sink.Message, len(its))
+		outs := make([]sink.Message, len(its)) // one allocation for the batch
 		for i, it := range its {
-			ms[i] = output(it, idAttr)
+			ms[i] = &outs[i]
+			output(&outs[i], it, idAttr)
 		}
 		sink.WriteBatch(ctx, s, ms, errs)
 	}
 }
 
-func output(it *Item, idAttr string) *sink.Message {
+// output sets m to the output of it.
+func output(m *sink.Message, it *Item, idAttr string) {
 	in := it.In
-	m := &sink.Message{ID: in.ID, Data: in.Data, Attributes: in.Attributes, PublishTime: in.PublishTime,
+	*m = sink.Message{ID: in.ID, Data: in.Data, Attributes: in.Attributes, PublishTime: in.PublishTime,
 		EventTime: it.EventTime, Key: it.Key, Retaken: it.Retaken}
-	if it.Key == "" {
-		return m
+	if it.Key == "" || !it.LateDuplicate && in.Attributes[idAttr] == it.Key {
+		// Nothing to add: most often the key came in the attribute the
+		// output carries it in. Sinks only read the map.
+		return
 	}
 	// A copy: the input's map stays as it came, for a dead letter after
 	// a permanent write error. maps.Clone copies a small map's table in
@@ -54,7 +59,6 @@ func output(it *Item, idAttr string) *sink.Message {
 		attrs[AttrLateDuplicate] = LateDuplicateProbable
 	}
 	m.Attributes = attrs
-	return m
 }
 
 // DeadLetterTo is a Reject that writes the dead letters of ins (see

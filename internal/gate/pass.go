@@ -40,18 +40,7 @@ func (g *Gate) PassBatch(ctx context.Context, ins []*pubsub.Message, rs []outcom
 		g.m.Received()
 	}
 	clear(rs)
-	defer func() {
-		for i := range rs {
-			if rs[i].Outcome == "" { // unwinding from a panic in the work or a callback
-				rs[i] = outcome.Result{Outcome: outcome.Retried}
-			}
-			if a := g.cfg.ProducerAttribute; a != "" {
-				g.m.CountFrom(rs[i].Outcome, ins[i].Attributes[a])
-			} else {
-				g.m.Count(rs[i].Outcome)
-			}
-		}
-	}()
+	defer g.counted(ins, rs)
 	if g.Err() != nil {
 		for i := range rs {
 			rs[i].Outcome = outcome.Retried
@@ -62,6 +51,22 @@ func (g *Gate) PassBatch(ctx context.Context, ins []*pubsub.Message, rs []outcom
 	r.pass()
 }
 
+// counted counts each message's outcome once PassBatch ends, also when it
+// unwinds from a panic in the work or a callback: a message without an
+// outcome then is retried.
+func (g *Gate) counted(ins []*pubsub.Message, rs []outcome.Result) {
+	for i := range rs {
+		if rs[i].Outcome == "" {
+			rs[i] = outcome.Result{Outcome: outcome.Retried}
+		}
+		if a := g.cfg.ProducerAttribute; a != "" {
+			g.m.CountFrom(rs[i].Outcome, ins[i].Attributes[a])
+		} else {
+			g.m.Count(rs[i].Outcome)
+		}
+	}
+}
+
 // run is one PassBatch on its way: what each message is waiting for.
 type run struct {
 	g   *Gate
@@ -69,7 +74,9 @@ type run struct {
 	ins []*pubsub.Message
 	rs  []outcome.Result
 
-	items []*Item // the keyed messages, by index
+	// items are the messages' items, by index, in one allocation; only
+	// those of keyed messages are filled.
+	items []Item
 	jobs  []job   // to work on this round
 	aside []aside // to move aside this round
 }
@@ -78,12 +85,14 @@ type run struct {
 type job struct {
 	at int // its index in the batch
 	it *Item
-	t  *dedup.Ticket // its claim; nil without one (no dedup, too late, a shadowed copy)
-	// file: file the key in the audit once done; ok: the outcome then
-	// (emitted, or a shadowed copy's kind); late: too late to judge.
-	file bool
-	ok   outcome.Outcome
-	late bool
+	t  dedup.Ticket // its claim, if claimed
+	// claimed: t holds a claim (not so without dedup, too late, or for a
+	// shadowed copy); file: file the key in the audit once done; ok: the
+	// outcome then (emitted, or a shadowed copy's kind); late: too late to
+	// judge.
+	claimed, file bool
+	ok            outcome.Outcome
+	late          bool
 }
 
 // aside is a message to move aside, and why.
@@ -128,9 +137,10 @@ func (r *run) pass() {
 // claim.
 func (r *run) key() (pending []int) {
 	g := r.g
-	r.items = make([]*Item, len(r.ins))
+	r.items = make([]Item, len(r.ins))
 	for i, in := range r.ins {
-		it := &Item{In: in, EventTime: in.PublishTime}
+		it := &r.items[i]
+		*it = Item{In: in, EventTime: in.PublishTime}
 		if a := g.cfg.TimestampAttribute; a != "" {
 			t, err := dedup.ParseTimestamp(in.Attributes[a])
 			if err != nil {
@@ -155,7 +165,6 @@ func (r *run) key() (pending []int) {
 		if g.cfg.Audit != nil { // the clock is read per message only for the audit
 			it.auditAt = g.auditTime(it.EventTime)
 		}
-		r.items[i] = it
 		pending = append(pending, i)
 	}
 	return pending
@@ -163,7 +172,10 @@ func (r *run) key() (pending []int) {
 
 // claim claims the keys of the pending messages in one store call and
 // sorts each by its verdict. It returns the messages whose key this
-// process is writing right now, to claim again.
+// process is writing right now, to claim again. Its frame is kept small,
+// as every frame on the stack during the store call is: a receiver that
+// runs each message on a goroutine of its own pays for each growth of
+// that goroutine's stack.
 func (r *run) claim(pending []int) (deferred []int) {
 	g := r.g
 	if p := g.storeHealth.Pause(); p > 0 {
@@ -176,16 +188,23 @@ func (r *run) claim(pending []int) (deferred []int) {
 	}
 	bs := make([]dedup.BatchClaim, len(pending))
 	for j, i := range pending {
-		it := r.items[i]
-		bs[j] = dedup.BatchClaim{Key: it.hash, MsgID: it.In.ID, EventTime: it.EventTime}
+		b, it := &bs[j], &r.items[i]
+		b.Key, b.MsgID, b.EventTime = it.hash, it.In.ID, it.EventTime
 	}
 	start := g.now()
 	g.dd.ClaimBatch(r.ctx, bs)
+	return r.answered(pending, bs, start)
+}
+
+// answered sorts the messages of a claim call made at start by their verdicts
+// and returns those to claim again.
+func (r *run) answered(pending []int, bs []dedup.BatchClaim, start time.Time) (deferred []int) {
+	g := r.g
 	asked := false
 	var failed []int
 	var cause error
 	for j, i := range pending {
-		b, it := &bs[j], r.items[i]
+		b, it := &bs[j], &r.items[i]
 		switch {
 		case b.Here:
 			deferred = append(deferred, i)
@@ -195,7 +214,7 @@ func (r *run) claim(pending []int) (deferred []int) {
 			asked, failed, cause = true, append(failed, i), b.Err
 		default:
 			asked = true
-			r.judged(i, it, b.Verdict, b.Ticket)
+			r.judged(i, it, b)
 		}
 	}
 	if !asked {
@@ -215,27 +234,27 @@ func (r *run) claim(pending []int) (deferred []int) {
 }
 
 // judged maps a claim's verdict to what happens to its message.
-func (r *run) judged(i int, it *Item, v dedup.Verdict, t dedup.Ticket) {
+func (r *run) judged(i int, it *Item, b *dedup.BatchClaim) {
 	g := r.g
-	switch v.Status {
+	switch b.Verdict.Status {
 	case dedup.Duplicate:
-		r.duplicate(i, it, v)
+		r.duplicate(i, it, &b.Verdict)
 	case dedup.InFlight:
 		// It comes back once nacked; the delay keeps that from turning
 		// into a hot loop while the first copy is worked on.
 		r.hold(i, outcome.InFlightConflict, pauseDelay())
 	case dedup.Proceed:
 		it.LateDuplicate = g.suspect(it)
-		it.Retaken = v.Retaken || g.mayBeRetaken(it.In)
-		r.jobs = append(r.jobs, job{at: i, it: it, t: &t, file: true, ok: outcome.Emitted})
+		it.Retaken = b.Verdict.Retaken || g.mayBeRetaken(it.In)
+		r.jobs = append(r.jobs, job{at: i, it: it, t: b.Ticket, claimed: true, file: true, ok: outcome.Emitted})
 	default:
-		g.log.Error("dedup store answered an unknown status; message nacked", "status", v.Status, "message_id", it.In.ID)
+		g.log.Error("dedup store answered an unknown status; message nacked", "status", b.Verdict.Status, "message_id", it.In.ID)
 		r.rs[i] = outcome.Result{Outcome: outcome.Retried}
 	}
 }
 
 // duplicate counts a caught copy (in shadow mode, works on it all the same).
-func (r *run) duplicate(i int, it *Item, v dedup.Verdict) {
+func (r *run) duplicate(i int, it *Item, v *dedup.Verdict) {
 	g := r.g
 	o, delay := outcome.DuplicateRepublish, g.m.republishDelay
 	if v.Kind == dedup.Redelivery {

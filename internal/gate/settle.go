@@ -22,31 +22,51 @@ func (r *run) work() {
 		return
 	}
 	g := r.g
+	since := g.now()
+	errs := r.do(jobs)
+	done := g.now()
+	g.release(jobs, errs)
+	g.commit(r.settle(jobs, errs, since, done), done)
+}
+
+// do runs Work.Do on the jobs' items and returns its errors. Its frame is
+// kept small, as every frame on the stack during the work is (see claim).
+func (r *run) do(jobs []job) []error {
+	g := r.g
 	returned := false
 	defer func() {
 		if !returned {
-			// The work panicked or called runtime.Goexit: release the keys
-			// at once, so a replica can take the redeliveries without
-			// waiting out the lease; the panic goes on.
-			g.release(jobs, nil)
-			g.log.Error(g.cfg.Work.Name+" did not return (panic or runtime.Goexit): keys released, messages nacked",
-				"messages", len(jobs), "message_id", jobs[0].it.In.ID)
+			g.abandoned(jobs)
 		}
 	}()
 	its := make([]*Item, len(jobs))
-	for j, jb := range jobs {
-		its[j] = jb.it
+	for j := range jobs {
+		its[j] = jobs[j].it
 	}
 	errs := make([]error, len(jobs))
-	since := g.now()
 	g.cfg.Work.Do(g.workContext(r.ctx), its, errs)
-	done := g.now()
-	g.m.workTime.Observe(done.Sub(since).Seconds())
 	returned = true
-	g.release(jobs, errs)
-	var commits, failed []job
+	return errs
+}
+
+// abandoned releases the keys of jobs whose work panicked or called
+// runtime.Goexit, at once, so a replica can take the redeliveries without
+// waiting out the lease; the panic goes on.
+func (g *Gate) abandoned(jobs []job) {
+	g.release(jobs, nil)
+	g.log.Error(g.cfg.Work.Name+" did not return (panic or runtime.Goexit): keys released, messages nacked",
+		"messages", len(jobs), "message_id", jobs[0].it.In.ID)
+}
+
+// settle settles each job by its work's error (the work, called at since,
+// returned at done) and returns the jobs whose keys to commit.
+func (r *run) settle(jobs []job, errs []error, since, done time.Time) (commits []job) {
+	g := r.g
+	g.m.workTime.Observe(done.Sub(since).Seconds())
+	var failed []job
 	var cause error
-	for j, jb := range jobs {
+	for j := range jobs {
+		jb := &jobs[j]
 		in := jb.it.In
 		if e := errs[j]; e != nil {
 			switch {
@@ -56,7 +76,7 @@ func (r *run) work() {
 			case errors.Is(e, dedup.ErrPermanent):
 				r.aside = append(r.aside, aside{at: jb.at, reason: e, late: jb.late})
 			default:
-				failed, cause = append(failed, jb), e
+				failed, cause = append(failed, *jb), e
 				g.log.Debug(g.cfg.Work.Name+" failed: message nacked", "key", jb.it.Key, "message_id", in.ID, "err", e)
 			}
 			continue
@@ -73,8 +93,8 @@ func (r *run) work() {
 		}
 		g.m.latency.Observe(done.Sub(in.PublishTime).Seconds())
 		r.rs[jb.at] = outcome.Result{Outcome: jb.ok}
-		if jb.t != nil {
-			commits = append(commits, jb)
+		if jb.claimed {
+			commits = append(commits, *jb)
 		}
 	}
 	var p time.Duration
@@ -90,7 +110,7 @@ func (r *run) work() {
 	for _, jb := range failed {
 		r.hold(jb.at, outcome.Retried, p)
 	}
-	g.commit(commits, done)
+	return commits
 }
 
 // commit records the keys of jobs after their work succeeded (at done),
@@ -107,8 +127,8 @@ func (g *Gate) commit(jobs []job, done time.Time) {
 // returns the jobs whose commit failed and is worth retrying.
 func (g *Gate) commitOnce(jobs []job, started time.Time) (again []job) {
 	ts := make([]dedup.Ticket, len(jobs))
-	for j, jb := range jobs {
-		ts[j] = *jb.t
+	for j := range jobs {
+		ts[j] = jobs[j].t
 	}
 	errs := make([]error, len(jobs))
 	g.dd.CommitBatch(g.by.ctx(), ts, errs)
@@ -170,9 +190,9 @@ func (g *Gate) Drain() { g.retries.Wait() }
 func (g *Gate) release(jobs []job, errs []error) {
 	var ts []dedup.Ticket
 	var of []job
-	for j, jb := range jobs {
-		if jb.t != nil && (errs == nil || errs[j] != nil) {
-			ts, of = append(ts, *jb.t), append(of, jb)
+	for j := range jobs {
+		if jb := &jobs[j]; jb.claimed && (errs == nil || errs[j] != nil) {
+			ts, of = append(ts, jb.t), append(of, *jb)
 		}
 	}
 	if len(ts) == 0 {
