@@ -36,14 +36,14 @@ type producerCounts struct {
 	outcome [len(all)]atomic.Int64
 }
 
-// Received counts one message received from the input.
-func (c *counter) Received() { c.received.Add(1) }
+// Received counts n messages received from the input.
+func (c *counter) Received(n int) { c.received.Add(int64(n)) }
 
-// Count counts one message under its outcome. An unknown outcome is not
+// Count counts n messages under their outcome. An unknown outcome is not
 // counted.
-func (c *counter) Count(o outcome.Outcome) {
+func (c *counter) Count(o outcome.Outcome, n int) {
 	if i := index(o); i >= 0 {
-		c.outcome[i].Add(1)
+		c.outcome[i].Add(int64(n))
 	}
 }
 

@@ -17,15 +17,15 @@ func TestCounter(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			c.Received()
-			c.Count(outcome.Emitted)
+			c.Received(1)
+			c.Count(outcome.Emitted, 1)
 			c.Missing("a")
 		})
 	}
 	wg.Wait()
-	c.Received()
-	c.Count(outcome.Retried)
-	c.Count("no such outcome")
+	c.Received(1)
+	c.Count(outcome.Retried, 1)
+	c.Count("no such outcome", 1)
 	c.Missing("")
 
 	want := outcome.Counts{Received: 9, Emitted: 8, Retried: 1, MissingID: 9}

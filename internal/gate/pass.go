@@ -36,9 +36,7 @@ func (g *Gate) Pass(ctx context.Context, in *pubsub.Message) outcome.Result {
 // then), not nacked. In event time the messages' event times advance the
 // watermark in batch order (dedup.Deduper.ClaimBatch).
 func (g *Gate) PassBatch(ctx context.Context, ins []*pubsub.Message, rs []outcome.Result) {
-	for range ins {
-		g.m.Received()
-	}
+	g.m.Received(len(ins))
 	clear(rs)
 	defer g.counted(ins, rs)
 	if g.Err() != nil {
@@ -55,14 +53,22 @@ func (g *Gate) PassBatch(ctx context.Context, ins []*pubsub.Message, rs []outcom
 // unwinds from a panic in the work or a callback: a message without an
 // outcome then is retried.
 func (g *Gate) counted(ins []*pubsub.Message, rs []outcome.Result) {
+	// Each outcome is counted once per batch: each count is an atomic add,
+	// which the streams contend on.
+	var tally [len(all)]int
 	for i := range rs {
 		if rs[i].Outcome == "" {
 			rs[i] = outcome.Result{Outcome: outcome.Retried}
 		}
 		if a := g.cfg.ProducerAttribute; a != "" {
 			g.m.CountFrom(rs[i].Outcome, ins[i].Attributes[a])
-		} else {
-			g.m.Count(rs[i].Outcome)
+		} else if k := index(rs[i].Outcome); k >= 0 {
+			tally[k]++
+		}
+	}
+	for k, n := range tally {
+		if n > 0 {
+			g.m.Count(all[k], n)
 		}
 	}
 }
@@ -138,6 +144,7 @@ func (r *run) pass() {
 func (r *run) key() (pending []int) {
 	g := r.g
 	r.items = make([]Item, len(r.ins))
+	r.jobs = make([]job, 0, len(r.ins))
 	for i, in := range r.ins {
 		it := &r.items[i]
 		*it = Item{In: in, EventTime: in.PublishTime}

@@ -63,6 +63,7 @@ func (g *Gate) abandoned(jobs []job) {
 func (r *run) settle(jobs []job, errs []error, since, done time.Time) (commits []job) {
 	g := r.g
 	g.m.workTime.Observe(done.Sub(since).Seconds())
+	commits = make([]job, 0, len(jobs))
 	var failed []job
 	var cause error
 	for j := range jobs {
