@@ -144,6 +144,31 @@ func listPage[T any, P proto.Message](m map[string]T, project, kind string, size
 	return out, next, nil
 }
 
+// get finds the resource name with find under b.mu and answers a copy of
+// what msg returns: the shape of every Get call.
+func get[T any, P proto.Message](b *Broker, name string, find func(string) (T, error), msg func(T) P) (P, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, err := find(name)
+	if err != nil {
+		var none P
+		return none, err
+	}
+	return proto.Clone(msg(r)).(P), nil
+}
+
+// list is listPage for a List call on parent (projects/P): the map of the
+// resources is read under b.mu.
+func list[T any, P proto.Message](b *Broker, parent, kind string, size int32, token string, all func() map[string]T, msg func(T) P) ([]P, string, error) {
+	project, err := projectOf(parent)
+	if err != nil {
+		return nil, "", err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return listPage(all(), project, kind, size, token, msg)
+}
+
 func namesIn[T any](m map[string]T, project, kind string) []string {
 	prefix := "projects/" + project + "/" + kind + "/"
 	var out []string

@@ -50,20 +50,18 @@ func (p *publisherServer) CreateTopic(ctx context.Context, req *pb.Topic) (*pb.T
 		return nil, err
 	}
 	b := p.b
-	var out *pb.Topic
-	err := b.change(ctx, func() error {
+	out, err := changeTo(ctx, b, func() (*pb.Topic, error) {
 		if b.topics[req.Name] != nil {
-			return status.Errorf(codes.AlreadyExists, "topic %s already exists", req.Name)
+			return nil, status.Errorf(codes.AlreadyExists, "topic %s already exists", req.Name)
 		}
 		if err := b.checkSchemaSettingsLocked(req.SchemaSettings); err != nil {
-			return err
+			return nil, err
 		}
 		tp := proto.Clone(req).(*pb.Topic)
 		clearNotStored(tp.ProtoReflect())
 		tp.State = pb.Topic_ACTIVE
 		b.putTopicLocked(b.nextID, tp)
-		out = proto.Clone(tp).(*pb.Topic)
-		return nil
+		return proto.Clone(tp).(*pb.Topic), nil
 	})
 	if err != nil {
 		return nil, err
@@ -83,53 +81,38 @@ func (p *publisherServer) topic(name string) (*topic, error) {
 	return t, nil
 }
 
+// resource is the topic as the API answers it.
+func (t *topic) resource() *pb.Topic { return t.proto }
+
 func (p *publisherServer) GetTopic(_ context.Context, req *pb.GetTopicRequest) (*pb.Topic, error) {
-	p.b.mu.Lock()
-	defer p.b.mu.Unlock()
-	t, err := p.topic(req.Topic)
-	if err != nil {
-		return nil, err
-	}
-	return proto.Clone(t.proto).(*pb.Topic), nil
+	return get(p.b, req.Topic, p.topic, (*topic).resource)
 }
 
 func (p *publisherServer) UpdateTopic(ctx context.Context, req *pb.UpdateTopicRequest) (*pb.Topic, error) {
 	b := p.b
-	var out *pb.Topic
-	err := b.change(ctx, func() error {
+	return changeTo(ctx, b, func() (*pb.Topic, error) {
 		t, err := p.topic(req.GetTopic().GetName())
 		if err != nil {
-			return err
+			return nil, err
 		}
 		tp := proto.Clone(t.proto).(*pb.Topic)
 		if err := applyMask(tp, req.Topic, req.UpdateMask); err != nil {
-			return err
+			return nil, err
 		}
 		if err := checkTopicConfig(tp); err != nil {
-			return err
+			return nil, err
 		}
 		if err := b.checkSchemaSettingsLocked(tp.SchemaSettings); err != nil {
-			return err
+			return nil, err
 		}
 		b.putTopicLocked(t.id, tp)
-		out = proto.Clone(tp).(*pb.Topic)
-		return nil
+		return proto.Clone(tp).(*pb.Topic), nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 func (p *publisherServer) ListTopics(_ context.Context, req *pb.ListTopicsRequest) (*pb.ListTopicsResponse, error) {
-	project, err := projectOf(req.Project)
-	if err != nil {
-		return nil, err
-	}
 	b := p.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	topics, next, err := listPage(b.topics, project, "topics", req.PageSize, req.PageToken, func(t *topic) *pb.Topic { return t.proto })
+	topics, next, err := list(b, req.Project, "topics", req.PageSize, req.PageToken, func() map[string]*topic { return b.topics }, (*topic).resource)
 	if err != nil {
 		return nil, err
 	}
@@ -171,14 +154,7 @@ func (p *publisherServer) ListTopicSnapshots(_ context.Context, req *pb.ListTopi
 }
 
 func (p *publisherServer) DeleteTopic(ctx context.Context, req *pb.DeleteTopicRequest) (*emptypb.Empty, error) {
-	return p.b.changeEmpty(ctx, func() error {
-		t, err := p.topic(req.Topic)
-		if err != nil {
-			return err
-		}
-		p.b.deleteTopicLocked(t)
-		return nil
-	})
+	return remove(ctx, p.b, req.Topic, p.topic, p.b.deleteTopicLocked)
 }
 
 func (p *publisherServer) DetachSubscription(ctx context.Context, req *pb.DetachSubscriptionRequest) (*pb.DetachSubscriptionResponse, error) {

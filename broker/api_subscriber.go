@@ -32,10 +32,22 @@ func (srv *subscriberServer) subscription(name string) (*subscription, error) {
 	return s, nil
 }
 
+// resource is the subscription as the API answers it.
+func (s *subscription) resource() *pb.Subscription { return s.proto }
+
 // detachedError is what Pull and StreamingPull answer on a detached
 // subscription, as the proto says.
 func detachedError(s *subscription) error {
 	return status.Errorf(codes.FailedPrecondition, "subscription %s is detached from its topic", s.proto.Name)
+}
+
+// deadLetterTopicLocked refuses a dead-letter policy whose topic does not
+// exist; b.mu must be held.
+func (b *Broker) deadLetterTopicLocked(sp *pb.Subscription) error {
+	if dl := sp.DeadLetterPolicy; dl != nil && b.topics[dl.DeadLetterTopic] == nil {
+		return status.Errorf(codes.NotFound, "dead-letter topic not found: %s", dl.DeadLetterTopic)
+	}
+	return nil
 }
 
 func (srv *subscriberServer) CreateSubscription(ctx context.Context, req *pb.Subscription) (*pb.Subscription, error) {
@@ -53,22 +65,20 @@ func (srv *subscriberServer) CreateSubscription(ctx context.Context, req *pb.Sub
 	}
 	sp.State = pb.Subscription_ACTIVE
 	b := srv.b
-	var out *pb.Subscription
-	err := b.change(ctx, func() error {
+	out, err := changeTo(ctx, b, func() (*pb.Subscription, error) {
 		if b.subs[req.Name] != nil {
-			return status.Errorf(codes.AlreadyExists, "subscription %s already exists", req.Name)
+			return nil, status.Errorf(codes.AlreadyExists, "subscription %s already exists", req.Name)
 		}
 		t := b.topics[req.Topic]
 		if t == nil {
-			return status.Errorf(codes.NotFound, "topic not found: %s", req.Topic)
+			return nil, status.Errorf(codes.NotFound, "topic not found: %s", req.Topic)
 		}
-		if dl := sp.DeadLetterPolicy; dl != nil && b.topics[dl.DeadLetterTopic] == nil {
-			return status.Errorf(codes.NotFound, "dead-letter topic not found: %s", dl.DeadLetterTopic)
+		if err := b.deadLetterTopicLocked(sp); err != nil {
+			return nil, err
 		}
 		// firstSeq = nextSeq: nothing published before this point is delivered.
 		s := b.putSubLocked(b.nextID, t, b.nextSeq, sp)
-		out = proto.Clone(s.proto).(*pb.Subscription)
-		return nil
+		return proto.Clone(s.proto).(*pb.Subscription), nil
 	})
 	if err != nil {
 		return nil, err
@@ -78,54 +88,36 @@ func (srv *subscriberServer) CreateSubscription(ctx context.Context, req *pb.Sub
 }
 
 func (srv *subscriberServer) GetSubscription(_ context.Context, req *pb.GetSubscriptionRequest) (*pb.Subscription, error) {
-	srv.b.mu.Lock()
-	defer srv.b.mu.Unlock()
-	s, err := srv.subscription(req.Subscription)
-	if err != nil {
-		return nil, err
-	}
-	return proto.Clone(s.proto).(*pb.Subscription), nil
+	return get(srv.b, req.Subscription, srv.subscription, (*subscription).resource)
 }
 
 func (srv *subscriberServer) UpdateSubscription(ctx context.Context, req *pb.UpdateSubscriptionRequest) (*pb.Subscription, error) {
 	b := srv.b
-	var out *pb.Subscription
-	err := b.change(ctx, func() error {
+	return changeTo(ctx, b, func() (*pb.Subscription, error) {
 		s, err := srv.subscription(req.GetSubscription().GetName())
 		if err != nil {
-			return err
+			return nil, err
 		}
 		sp := proto.Clone(s.proto).(*pb.Subscription)
 		// Ordering cannot change: queued messages are laid out for one mode.
 		// The filter is fixed at creation, as in the service.
 		if err := applyMask(sp, req.Subscription, req.UpdateMask, "topic", "enable_message_ordering", "filter", "detached"); err != nil {
-			return err
+			return nil, err
 		}
 		if err := checkSubscriptionConfig(sp); err != nil {
-			return err
+			return nil, err
 		}
-		if sp.DeadLetterPolicy != nil && b.topics[sp.DeadLetterPolicy.DeadLetterTopic] == nil {
-			return status.Errorf(codes.NotFound, "dead-letter topic not found: %s", sp.DeadLetterPolicy.DeadLetterTopic)
+		if err := b.deadLetterTopicLocked(sp); err != nil {
+			return nil, err
 		}
 		b.putSubLocked(s.id, s.topic, s.firstSeq, sp)
-		out = proto.Clone(sp).(*pb.Subscription)
-		return nil
+		return proto.Clone(sp).(*pb.Subscription), nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 func (srv *subscriberServer) ListSubscriptions(_ context.Context, req *pb.ListSubscriptionsRequest) (*pb.ListSubscriptionsResponse, error) {
-	project, err := projectOf(req.Project)
-	if err != nil {
-		return nil, err
-	}
 	b := srv.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	subs, next, err := listPage(b.subs, project, "subscriptions", req.PageSize, req.PageToken, func(s *subscription) *pb.Subscription { return s.proto })
+	subs, next, err := list(b, req.Project, "subscriptions", req.PageSize, req.PageToken, func() map[string]*subscription { return b.subs }, (*subscription).resource)
 	if err != nil {
 		return nil, err
 	}
@@ -133,14 +125,7 @@ func (srv *subscriberServer) ListSubscriptions(_ context.Context, req *pb.ListSu
 }
 
 func (srv *subscriberServer) DeleteSubscription(ctx context.Context, req *pb.DeleteSubscriptionRequest) (*emptypb.Empty, error) {
-	return srv.b.changeEmpty(ctx, func() error {
-		s, err := srv.subscription(req.Subscription)
-		if err != nil {
-			return err
-		}
-		srv.b.deleteSubLocked(s)
-		return nil
-	})
+	return remove(ctx, srv.b, req.Subscription, srv.subscription, srv.b.deleteSubLocked)
 }
 
 // ModifyPushConfig switches a subscription between push (an endpoint) and
@@ -252,23 +237,40 @@ func eodError(failed map[string]string, total int) error {
 	return st.Err()
 }
 
-func (srv *subscriberServer) Acknowledge(ctx context.Context, req *pb.AcknowledgeRequest) (*emptypb.Empty, error) {
-	if err := checkAckIDs(req.AckIds); err != nil {
-		return nil, err
+// onAckIDs checks ackIDs and runs fn on the subscription under b.mu; the
+// ack IDs fn says failed are answered as eodError says.
+func (srv *subscriberServer) onAckIDs(name string, ackIDs []string, fn func(s *subscription) (failed map[string]string)) error {
+	if err := checkAckIDs(ackIDs); err != nil {
+		return err
 	}
 	b := srv.b
 	b.mu.Lock()
-	s, err := srv.subscription(req.Subscription)
+	s, err := srv.subscription(name)
 	if err != nil {
 		b.mu.Unlock()
-		return nil, err
+		return err
 	}
-	failed := b.ackLocked(s, req.AckIds)
-	eod := s.exactlyOnce()
-	off := b.offsetLocked()
+	failed := fn(s)
 	b.mu.Unlock()
 	if len(failed) > 0 {
-		return nil, eodError(failed, len(req.AckIds))
+		return eodError(failed, len(ackIDs))
+	}
+	return nil
+}
+
+func (srv *subscriberServer) Acknowledge(ctx context.Context, req *pb.AcknowledgeRequest) (*emptypb.Empty, error) {
+	b := srv.b
+	var (
+		eod bool
+		off uint64
+	)
+	err := srv.onAckIDs(req.Subscription, req.AckIds, func(s *subscription) map[string]string {
+		failed := b.ackLocked(s, req.AckIds)
+		eod, off = s.exactlyOnce(), b.offsetLocked()
+		return failed
+	})
+	if err != nil {
+		return nil, err
 	}
 	// With exactly-once delivery a successful ack is a promise that the
 	// message does not come back, so it has to be durable first. Otherwise
@@ -283,20 +285,11 @@ func (srv *subscriberServer) ModifyAckDeadline(_ context.Context, req *pb.Modify
 	if req.AckDeadlineSeconds < 0 || req.AckDeadlineSeconds > maxAckDeadline {
 		return nil, status.Errorf(codes.InvalidArgument, "ack_deadline_seconds is %d, it must be between 0 and %d", req.AckDeadlineSeconds, maxAckDeadline)
 	}
-	if err := checkAckIDs(req.AckIds); err != nil {
-		return nil, err
-	}
-	b := srv.b
-	b.mu.Lock()
-	s, err := srv.subscription(req.Subscription)
+	err := srv.onAckIDs(req.Subscription, req.AckIds, func(s *subscription) map[string]string {
+		return srv.b.modAckLocked(s, req.AckIds, req.AckDeadlineSeconds)
+	})
 	if err != nil {
-		b.mu.Unlock()
 		return nil, err
-	}
-	failed := b.modAckLocked(s, req.AckIds, req.AckDeadlineSeconds)
-	b.mu.Unlock()
-	if len(failed) > 0 {
-		return nil, eodError(failed, len(req.AckIds))
 	}
 	return &emptypb.Empty{}, nil
 }
@@ -327,36 +320,40 @@ func (srv *subscriberServer) Seek(ctx context.Context, req *pb.SeekRequest) (*pb
 // ackLocked acknowledges ackIDs on s. It returns, for exactly-once
 // subscriptions only, the ack IDs that are not valid any more.
 func (b *Broker) ackLocked(s *subscription, ackIDs []string) map[string]string {
-	now := b.nowNanos()
-	b.fireTimersLocked(now) // an ack that arrives after its deadline is late
-	var failed map[string]string
-	for _, id := range ackIDs {
-		l := s.lookupLease(id)
-		if l == nil {
-			if s.exactlyOnce() && !s.recentlyAcked(id) {
-				if failed == nil {
-					failed = map[string]string{}
-				}
-				failed[id] = ackFailure
-			}
-			continue
-		}
+	return b.leasesLocked(s, ackIDs, s.recentlyAcked, func(l *lease, now int64) {
 		b.ackLeaseLocked(l)
 		if s.exactlyOnce() {
 			s.rememberAck(l.id, now)
 		}
-	}
-	return failed
+	})
 }
 
+// modAckLocked sets the deadline of the leases of ackIDs on s to seconds
+// from now, or nacks them for 0. It returns what ackLocked returns, but
+// for every ack ID without a lease.
 func (b *Broker) modAckLocked(s *subscription, ackIDs []string, seconds int32) map[string]string {
+	return b.leasesLocked(s, ackIDs, nil, func(l *lease, now int64) {
+		if seconds == 0 {
+			b.nackLocked(l, now)
+			return
+		}
+		l.at = now + int64(seconds)*int64(time.Second)
+		b.timers.fix(l)
+	})
+}
+
+// leasesLocked calls fn with the lease of each of ackIDs on s, once the
+// deadlines due have fired (a call that arrives after its deadline is
+// late). For exactly-once subscriptions only, it returns the ack IDs with
+// no lease that excused (when not nil) does not excuse.
+func (b *Broker) leasesLocked(s *subscription, ackIDs []string, excused func(ackID string) bool, fn func(l *lease, now int64)) map[string]string {
 	now := b.nowNanos()
 	b.fireTimersLocked(now)
 	var failed map[string]string
 	for _, id := range ackIDs {
 		l := s.lookupLease(id)
 		if l == nil {
-			if s.exactlyOnce() {
+			if s.exactlyOnce() && (excused == nil || !excused(id)) {
 				if failed == nil {
 					failed = map[string]string{}
 				}
@@ -364,12 +361,7 @@ func (b *Broker) modAckLocked(s *subscription, ackIDs []string, seconds int32) m
 			}
 			continue
 		}
-		if seconds == 0 {
-			b.nackLocked(l, now)
-			continue
-		}
-		l.at = now + int64(seconds)*int64(time.Second)
-		b.timers.fix(l)
+		fn(l, now)
 	}
 	return failed
 }

@@ -377,6 +377,33 @@ func (b *Broker) changeEmpty(ctx context.Context, fn func() error) (*emptypb.Emp
 	return &emptypb.Empty{}, nil
 }
 
+// remove finds the resource name with find and deletes it with del, under
+// change: the shape of every Delete call.
+func remove[T any](ctx context.Context, b *Broker, name string, find func(string) (T, error), del func(T)) (*emptypb.Empty, error) {
+	return b.changeEmpty(ctx, func() error {
+		r, err := find(name)
+		if err != nil {
+			return err
+		}
+		del(r)
+		return nil
+	})
+}
+
+// changeTo is change for an RPC that answers what fn makes.
+func changeTo[T any](ctx context.Context, b *Broker, fn func() (T, error)) (T, error) {
+	var out T
+	err := b.change(ctx, func() (err error) {
+		out, err = fn()
+		return err
+	})
+	if err != nil {
+		var none T
+		return none, err
+	}
+	return out, nil
+}
+
 // NewTestServer starts an in-memory broker on a free loopback port, for
 // tests of code that talks to Pub/Sub. Point clients at addr (for example
 // with PUBSUB_EMULATOR_HOST) and call stop when done.

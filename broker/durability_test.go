@@ -15,7 +15,6 @@ import (
 
 	"cloud.google.com/go/pubsub/v2"
 	pb "cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // drainIDs receives from sub, acking everything, until done says so or
@@ -255,10 +254,7 @@ func TestRestartAfterSeek(t *testing.T) {
 	clock.Advance(time.Second)
 	ids := publish(t, c, topic, &pubsub.Message{Data: []byte("a")}, &pubsub.Message{Data: []byte("b")}, &pubsub.Message{Data: []byte("c")})
 	drainIDs(t, c, sub.Name, func(got map[string]bool) bool { return len(got) == 3 }, 10*time.Second)
-	if _, err := c.SubscriptionAdminClient.Seek(context.Background(), &pb.SeekRequest{Subscription: sub.Name,
-		Target: &pb.SeekRequest_Time{Time: timestamppb.New(before)}}); err != nil {
-		t.Fatal(err)
-	}
+	seekTo(t, c, sub.Name, before)
 	c.Close()
 	if err := tg.ours.Close(); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/dedupflow/dedupflow/internal/testenv"
 )
@@ -214,4 +215,25 @@ func pullOne(t testing.TB, c *pubsub.Client, sub string, timeout time.Duration) 
 	}
 	t.Fatalf("no message on %s within %v", sub, timeout)
 	return nil
+}
+
+// seekTo seeks sub to the time at.
+func seekTo(t testing.TB, c *pubsub.Client, sub string, at time.Time) {
+	t.Helper()
+	if _, err := c.SubscriptionAdminClient.Seek(context.Background(), &pb.SeekRequest{Subscription: sub,
+		Target: &pb.SeekRequest_Time{Time: timestamppb.New(at)}}); err != nil {
+		t.Fatalf("seek %s to %v: %v", sub, at, err)
+	}
+}
+
+// pullNone fails the test, saying after what, when a pull that returns at
+// once (within 2 s) gets a message from sub.
+func pullNone(t testing.TB, c *pubsub.Client, sub, after string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	r, err := c.SubscriptionAdminClient.Pull(ctx, &pb.PullRequest{Subscription: sub, MaxMessages: 10, ReturnImmediately: true}) //nolint:staticcheck
+	if err == nil && len(r.ReceivedMessages) > 0 {
+		t.Errorf("after %s got %d messages, want none", after, len(r.ReceivedMessages))
+	}
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/fieldmaskpb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // TestPushPullSwitch switches one subscription from pull to push and back
@@ -477,10 +476,7 @@ func TestPushSeek(t *testing.T) {
 				t.Fatalf("pushed %s, want %s", got, id)
 			}
 		}
-		if _, err := c.SubscriptionAdminClient.Seek(context.Background(), &pb.SeekRequest{Subscription: sub.Name,
-			Target: &pb.SeekRequest_Time{Time: timestamppb.New(before)}}); err != nil {
-			t.Fatal(err)
-		}
+		seekTo(t, c, sub.Name, before)
 		if got := decodeWrapped(t, e.next(t, 30*time.Second)).Message.MessageID; got != ids[0] {
 			t.Errorf("after the seek pushed %s, want the acknowledged %s again", got, ids[0])
 		}

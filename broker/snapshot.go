@@ -35,6 +35,9 @@ type snapshot struct {
 	msgs deque[*message]
 }
 
+// resource is the snapshot as the API answers it.
+func (sn *snapshot) resource() *pb.Snapshot { return sn.proto }
+
 func (sn *snapshot) expired(now int64) bool {
 	return !sn.proto.ExpireTime.AsTime().After(time.Unix(0, now))
 }
@@ -135,11 +138,10 @@ func (srv *subscriberServer) snapshot(name string) (*snapshot, error) {
 
 func (srv *subscriberServer) CreateSnapshot(ctx context.Context, req *pb.CreateSnapshotRequest) (*pb.Snapshot, error) {
 	b := srv.b
-	var out *pb.Snapshot
-	err := b.change(ctx, func() error {
+	return changeTo(ctx, b, func() (*pb.Snapshot, error) {
 		s, err := srv.subscription(req.Subscription)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		name := req.Name
 		if name == "" {
@@ -149,15 +151,10 @@ func (srv *subscriberServer) CreateSnapshot(ctx context.Context, req *pb.CreateS
 		}
 		sn, err := srv.createSnapshotLocked(s, name, req.Labels)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		out = proto.Clone(sn.proto).(*pb.Snapshot)
-		return nil
+		return proto.Clone(sn.proto).(*pb.Snapshot), nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 func (srv *subscriberServer) createSnapshotLocked(s *subscription, name string, labels map[string]string) (*snapshot, error) {
@@ -194,25 +191,15 @@ func (srv *subscriberServer) createSnapshotLocked(s *subscription, name string, 
 }
 
 func (srv *subscriberServer) GetSnapshot(_ context.Context, req *pb.GetSnapshotRequest) (*pb.Snapshot, error) {
-	srv.b.mu.Lock()
-	defer srv.b.mu.Unlock()
-	sn, err := srv.snapshot(req.Snapshot)
-	if err != nil {
-		return nil, err
-	}
-	return proto.Clone(sn.proto).(*pb.Snapshot), nil
+	return get(srv.b, req.Snapshot, srv.snapshot, (*snapshot).resource)
 }
 
 func (srv *subscriberServer) ListSnapshots(_ context.Context, req *pb.ListSnapshotsRequest) (*pb.ListSnapshotsResponse, error) {
-	project, err := projectOf(req.Project)
-	if err != nil {
-		return nil, err
-	}
 	b := srv.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.pruneSnapshotsLocked(b.nowNanos())
-	snaps, next, err := listPage(b.snaps, project, "snapshots", req.PageSize, req.PageToken, func(sn *snapshot) *pb.Snapshot { return sn.proto })
+	snaps, next, err := list(b, req.Project, "snapshots", req.PageSize, req.PageToken, func() map[string]*snapshot {
+		b.pruneSnapshotsLocked(b.nowNanos())
+		return b.snaps
+	}, (*snapshot).resource)
 	if err != nil {
 		return nil, err
 	}
@@ -223,46 +210,33 @@ func (srv *subscriberServer) ListSnapshots(_ context.Context, req *pb.ListSnapsh
 // earlier: the snapshot keeps its messages only as long as it was promised.
 func (srv *subscriberServer) UpdateSnapshot(ctx context.Context, req *pb.UpdateSnapshotRequest) (*pb.Snapshot, error) {
 	b := srv.b
-	var out *pb.Snapshot
-	err := b.change(ctx, func() error {
+	return changeTo(ctx, b, func() (*pb.Snapshot, error) {
 		sn, err := srv.snapshot(req.GetSnapshot().GetName())
 		if err != nil {
-			return err
+			return nil, err
 		}
 		sp := proto.Clone(sn.proto).(*pb.Snapshot)
 		if err := applyMask(sp, req.Snapshot, req.UpdateMask, "name", "topic"); err != nil {
-			return err
+			return nil, err
 		}
 		if err := checkLabels(sp.Labels); err != nil {
-			return err
+			return nil, err
 		}
 		now, was := time.Unix(0, b.nowNanos()), sn.proto.ExpireTime.AsTime()
 		switch at := sp.ExpireTime.AsTime(); {
 		case sp.ExpireTime == nil || !at.After(now):
-			return status.Errorf(codes.InvalidArgument, "expire_time must be in the future, not %v", at.UTC())
+			return nil, status.Errorf(codes.InvalidArgument, "expire_time must be in the future, not %v", at.UTC())
 		case at.After(was):
-			return status.Errorf(codes.InvalidArgument, "expire_time %v is later than the snapshot's expiry %v, which cannot be extended", at.UTC(), was.UTC())
+			return nil, status.Errorf(codes.InvalidArgument, "expire_time %v is later than the snapshot's expiry %v, which cannot be extended", at.UTC(), was.UTC())
 		}
 		sn.proto = sp
 		b.logRecord(recSnap, func(d []byte) []byte { return appendSnap(d, sn, 0, 0) })
-		out = proto.Clone(sp).(*pb.Snapshot)
-		return nil
+		return proto.Clone(sp).(*pb.Snapshot), nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 func (srv *subscriberServer) DeleteSnapshot(ctx context.Context, req *pb.DeleteSnapshotRequest) (*emptypb.Empty, error) {
-	return srv.b.changeEmpty(ctx, func() error {
-		sn, err := srv.snapshot(req.Snapshot)
-		if err != nil {
-			return err
-		}
-		srv.b.deleteSnapshotLocked(sn)
-		return nil
-	})
+	return remove(ctx, srv.b, req.Snapshot, srv.snapshot, srv.b.deleteSnapshotLocked)
 }
 
 // seekToSnapshotLocked is Seek with a snapshot target; b.mu must be held.

@@ -16,9 +16,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,11 +78,7 @@ func TestCrashSafetyBigQuery(t *testing.T) {
 	}
 
 	keys := crashKeys(n, "bq")
-	p := &pipelineProc{e: e, args: []string{"pipeline",
-		"--input-subscription", e.sub("bq-in-sub"), "--id-attribute", "eid", "--horizon", "1h",
-		"--state", "file:" + filepath.Join(e.dir, "state.db"),
-		"--sink", "bigquery://" + project + "/" + ref.Dataset, "--table", ref.Table,
-		"--max-outstanding", strconv.Itoa(crashMaxOutstanding), "--metrics-addr", "", "--log-level", "warn"}}
+	p := crashPipeline(e, "bq-in-sub", "--sink", "bigquery://"+project+"/"+ref.Dataset, "--table", ref.Table)
 	start := time.Now()
 	wait := publishInBackground(e, "bq-in", keys, seed)
 	seeks := crashLoop(t, e, p, bqCrashKills, "bq-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)), count)

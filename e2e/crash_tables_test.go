@@ -10,10 +10,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,23 +26,20 @@ import (
 // tableKills is the kills of each table sink's proof.
 const tableKills = 10
 
-// crashIntoTable runs the kill loop with the pipeline writing n keys to
-// sinkArgs, until count reports every key landed; it returns the keys and
-// what was published for them.
-func crashIntoTable(t *testing.T, n int, prefix string, sinkArgs []string, count func() int) ([]string, *published) {
+// crashIntoTable runs the kill loop (kills kills) with the pipeline
+// writing n keys to sinkArgs, until count reports every key landed; it
+// returns the keys and what was published for them.
+func crashIntoTable(t *testing.T, kills, n int, prefix string, sinkArgs []string, count func() int) ([]string, *published) {
 	seed := crashSeed(t)
 	e := newCrashEnv(t)
 	e.createTopicSub("crash-in", "crash-in-sub")
 	keys := crashKeys(n, prefix)
-	p := &pipelineProc{e: e, args: append([]string{"pipeline",
-		"--input-subscription", e.sub("crash-in-sub"), "--id-attribute", "eid", "--horizon", "1h",
-		"--state", "file:" + filepath.Join(e.dir, "state.db"),
-		"--max-outstanding", strconv.Itoa(crashMaxOutstanding), "--metrics-addr", "", "--log-level", "warn"}, sinkArgs...)}
+	p := crashPipeline(e, "crash-in-sub", sinkArgs...)
 	start := time.Now()
 	wait := publishInBackground(e, "crash-in", keys, seed)
-	seeks := crashLoop(t, e, p, tableKills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)), count)
+	seeks := crashLoop(t, e, p, kills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)), count)
 	pub := wait()
-	t.Logf("%v; %d kills, %d seeks back to the start, in %v", pub, tableKills, seeks, time.Since(start).Round(time.Millisecond))
+	t.Logf("%v; %d kills, %d seeks back to the start, in %v", pub, kills, seeks, time.Since(start).Round(time.Millisecond))
 	await(t, 6*time.Minute, func() (bool, string) {
 		c := count()
 		return c >= n, fmt.Sprintf("the table has %d of %d keys", c, n)
@@ -113,7 +108,7 @@ func TestCrashSafetySpanner(t *testing.T) {
 	if testing.Short() {
 		n /= 4
 	}
-	keys, pub := crashIntoTable(t, n, "sp", []string{"--sink", "spanner://" + db, "--table", "crash",
+	keys, pub := crashIntoTable(t, tableKills, n, "sp", []string{"--sink", "spanner://" + db, "--table", "crash",
 		"--metadata-columns", "key,message_id,publish_time,data"}, count)
 	ids := map[string][]string{}
 	err = query("SELECT eid, message_id FROM crash", func(r *spanner.Row) error {
@@ -146,7 +141,7 @@ func TestCrashSafetyBigtable(t *testing.T) {
 		}
 		return n
 	}
-	keys, pub := crashIntoTable(t, crashSize(t), "bt", []string{"--sink", bigtabletest.URL, "--table", table,
+	keys, pub := crashIntoTable(t, tableKills, crashSize(t), "bt", []string{"--sink", bigtabletest.URL, "--table", table,
 		"--metadata-columns", "key,message_id,publish_time,data"}, count)
 	// Every cell of every column: a column with two cells is a key written
 	// twice, even when both hold the same message ID.

@@ -97,35 +97,19 @@ func TestCrashSafetyPostgres(t *testing.T) {
 
 func testCrashSafetyPostgres(t *testing.T, receiver string) {
 	pgURL := testenv.PostgresURL(t)
-	n := crashSize(t)
-	seed := crashSeed(t)
-	e := newCrashEnv(t)
-	e.createTopicSub("crash-in", "crash-in-sub")
 	st := newSinkTable(t, pgURL, "crash")
-
-	keys := crashKeys(n, "pg")
-	p := &pipelineProc{e: e, args: []string{"pipeline",
-		"--input-subscription", e.sub("crash-in-sub"), "--id-attribute", "eid", "--horizon", "1h",
-		"--state", "file:" + filepath.Join(e.dir, "state.db"),
-		"--sink", pgURL, "--table", st.name, "--receiver", receiver,
-		"--max-outstanding", strconv.Itoa(crashMaxOutstanding), "--metrics-addr", "", "--log-level", "warn"}}
-	count := st.count
-	start := time.Now()
-	wait := publishInBackground(e, "crash-in", keys, seed)
-	seeks := crashLoop(t, e, p, crashKills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)), count)
-	pub := wait()
-	t.Logf("%v; %d kills, %d seeks back to the start, in %v", pub, crashKills, seeks, time.Since(start).Round(time.Millisecond))
-
-	await(t, 6*time.Minute, func() (bool, string) {
-		c := count()
-		return c >= n, fmt.Sprintf("the table has %d of %d keys", c, n)
-	}, p)
-	t.Logf("all %d keys in the table %v after the start", n, time.Since(start).Round(time.Millisecond))
-	// Let late redeliveries and copies arrive: they must change nothing.
-	time.Sleep(5 * time.Second)
-	p.stop()
-
+	keys, pub := crashIntoTable(t, crashKills, crashSize(t), "pg", []string{"--sink", pgURL, "--table", st.name, "--receiver", receiver}, st.count)
 	st.check(t, keys, pub)
+}
+
+// crashPipeline is the pipeline the kill loops run: reading sub of e with
+// dedup on the eid attribute, its state in a file that survives the kills,
+// at most crashMaxOutstanding messages in flight, writing as sinkArgs say.
+func crashPipeline(e *crashEnv, sub string, sinkArgs ...string) *pipelineProc {
+	return &pipelineProc{e: e, args: append([]string{"pipeline",
+		"--input-subscription", e.sub(sub), "--id-attribute", "eid", "--horizon", "1h",
+		"--state", "file:" + filepath.Join(e.dir, "state.db"),
+		"--max-outstanding", strconv.Itoa(crashMaxOutstanding), "--metrics-addr", "", "--log-level", "warn"}, sinkArgs...)}
 }
 
 func TestCrashSafetyPubSub(t *testing.T) {
@@ -171,11 +155,7 @@ func TestCrashSafetyPubSub(t *testing.T) {
 	}()
 
 	keys := crashKeys(n, "ps")
-	p := &pipelineProc{e: e, args: []string{"pipeline",
-		"--input-subscription", e.sub("crash-in-sub"), "--id-attribute", "eid", "--horizon", "1h",
-		"--state", "file:" + filepath.Join(e.dir, "state.db"),
-		"--sink", "pubsub", "--output-topic", e.topic("crash-out"),
-		"--max-outstanding", strconv.Itoa(crashMaxOutstanding), "--metrics-addr", "", "--log-level", "warn"}}
+	p := crashPipeline(e, "crash-in-sub", "--sink", "pubsub", "--output-topic", e.topic("crash-out"))
 	start := time.Now()
 	wait := publishInBackground(e, "crash-in", keys, seed)
 	seeks := crashLoop(t, e, p, crashKills, "crash-in-sub", start.Add(-time.Second), rand.New(rand.NewPCG(seed, 2)), func() int {

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/columns"
+	"github.com/dedupflow/dedupflow/sink/internal/writes"
 )
 
 // Limits of one MutateRows request.
@@ -92,8 +92,7 @@ type Sink struct {
 	opt    Options
 	names  []string // the JSON fields read: the cells', then the row key's
 
-	mu     sync.RWMutex // held to read by writes, to write by Close
-	closed bool
+	guard writes.Guard
 
 	requests, rows, failed atomic.Int64
 }
@@ -169,34 +168,34 @@ func checkTable(ctx context.Context, project, instance, table, family string) er
 
 // entry is one message's row.
 type entry struct {
-	key  string
-	mut  *bigtable.Mutation
-	ops  int // mutations, as the request limit counts them
-	size int
+	key string
+	mut *bigtable.Mutation
 }
 
 // encode turns m into its row: clear the family, then set each cell at
-// m's event time.
-func (s *Sink) encode(m *sink.Message) (entry, error) {
+// m's event time. ops counts its mutations as the request limit counts
+// them; size is its approximate size.
+func (s *Sink) encode(m *sink.Message) (e entry, ops, size int, err error) {
 	meta, err := s.opt.Metadata.Values(m, s.opt.Subscription)
 	if err != nil {
-		return entry{}, err
+		return entry{}, 0, 0, err
 	}
 	fields, err := columns.Fields(m.Data, s.names)
 	if err != nil {
-		return entry{}, err
+		return entry{}, 0, 0, err
 	}
-	e := entry{mut: bigtable.NewMutation(), ops: 1}
+	e = entry{mut: bigtable.NewMutation()}
+	ops = 1
 	if e.key, err = s.opt.RowKey.key(m, fields[min(len(fields), len(s.opt.Fields)):]); err != nil {
-		return entry{}, err
+		return entry{}, 0, 0, err
 	}
 	ts := cellTime(m)
 	fam := s.opt.Family
 	e.mut.DeleteCellsInFamily(fam)
 	set := func(col string, v []byte) {
 		e.mut.Set(fam, col, ts, v)
-		e.ops++
-		e.size += len(col) + len(v) + 16
+		ops++
+		size += len(col) + len(v) + 16
 	}
 	for _, v := range meta {
 		set(v.Name, metaBytes(v.V))
@@ -206,8 +205,8 @@ func (s *Sink) encode(m *sink.Message) (entry, error) {
 			set(f, v)
 		}
 	}
-	e.size += len(e.key)
-	return e, nil
+	size += len(e.key)
+	return e, ops, size, nil
 }
 
 // cellTime is m's event time (its publish time unless a timestamp
@@ -248,37 +247,10 @@ func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 // wrapping sink.ErrPermanent for a message that cannot be a row, else the
 // service's error.
 func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		for i := range errs {
-			errs[i] = ErrClosed
-		}
-		return
-	}
-	var (
-		batch      []entry
-		idx        []int
-		ops, bytes int
-	)
-	for i, m := range ms {
-		e, err := s.encode(m)
-		errs[i] = err
-		if err != nil {
-			continue
-		}
-		if len(batch) > 0 && (ops+e.ops > s.opt.MaxMutations || bytes+e.size > s.opt.MaxBytes) {
-			s.apply(ctx, batch, idx, errs)
-			batch, idx, ops, bytes = batch[:0], idx[:0], 0, 0
-		}
-		batch = append(batch, e)
-		idx = append(idx, i)
-		ops += e.ops
-		bytes += e.size
-	}
-	if len(batch) > 0 {
-		s.apply(ctx, batch, idx, errs)
-	}
+	lim := writes.Limits{Ops: s.opt.MaxMutations, Bytes: s.opt.MaxBytes}
+	s.guard.Do(errs, ErrClosed, func() {
+		writes.Split(ms, errs, lim, s.encode, func(batch []entry, idx []int) { s.apply(ctx, batch, idx, errs) })
+	})
 }
 
 // apply sends one MutateRows request and sets each row's error.
@@ -322,10 +294,5 @@ func (s *Sink) Stats() Stats {
 
 // Close waits for the writes under way and closes the client.
 func (s *Sink) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		_ = s.client.Close()
-	}
+	s.guard.Close(func() { _ = s.client.Close() })
 }

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/columns"
+	"github.com/dedupflow/dedupflow/sink/internal/writes"
 )
 
 // Limits of one commit.
@@ -82,8 +82,7 @@ type Sink struct {
 	names      []string // of cols, as mutations name them
 	fieldNames []string // of the field columns, in order
 
-	mu     sync.RWMutex // held to read by writes, to write by Close
-	closed bool
+	guard writes.Guard
 
 	commits, rows, failed atomic.Int64
 }
@@ -150,37 +149,20 @@ func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 // error wrapping sink.ErrPermanent (naming the column) for a message the
 // table cannot hold, else the commit's error.
 func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		for i := range errs {
-			errs[i] = ErrClosed
-		}
-		return
+	// Each column of a row counts as a mutation: a commit holds so many rows.
+	lim := writes.Limits{Ops: max(1, s.opt.MaxMutations/len(s.cols)), Bytes: s.opt.MaxBytes}
+	s.guard.Do(errs, ErrClosed, func() {
+		writes.Split(ms, errs, lim, s.upsert, func(muts []*spanner.Mutation, idx []int) { s.commit(ctx, muts, idx, errs) })
+	})
+}
+
+// upsert is m's row as a mutation, one row of a commit, and its size.
+func (s *Sink) upsert(m *sink.Message) (mut *spanner.Mutation, rows, size int, err error) {
+	r, err := s.encode(m)
+	if err != nil {
+		return nil, 0, 0, err
 	}
-	var (
-		muts  []*spanner.Mutation
-		idx   []int
-		bytes int
-	)
-	perCommit := max(1, s.opt.MaxMutations/len(s.cols))
-	for i, m := range ms {
-		r, err := s.encode(m)
-		errs[i] = err
-		if err != nil {
-			continue
-		}
-		if len(muts) == perCommit || len(muts) > 0 && bytes+r.size > s.opt.MaxBytes {
-			s.commit(ctx, muts, idx, errs)
-			muts, idx, bytes = nil, nil, 0
-		}
-		muts = append(muts, spanner.InsertOrUpdate(s.opt.Table, s.names, r.vals))
-		idx = append(idx, i)
-		bytes += r.size
-	}
-	if len(muts) > 0 {
-		s.commit(ctx, muts, idx, errs)
-	}
+	return spanner.InsertOrUpdate(s.opt.Table, s.names, r.vals), 1, r.size, nil
 }
 
 // commit applies muts, the rows of ms[idx[j]], and sets their errors. A
@@ -221,10 +203,5 @@ func (s *Sink) Stats() Stats {
 
 // Close waits for the writes under way and closes the client.
 func (s *Sink) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		s.client.Close()
-	}
+	s.guard.Close(s.client.Close)
 }

@@ -5,23 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dedupflow/dedupflow/broker/internal/filter/filtertest"
 	"github.com/dedupflow/dedupflow/broker/internal/wire"
 )
 
-// messages are the attribute sets the cases judge; a case lists the
-// indexes that pass.
-var messages = []map[string]string{
-	0: {"lang": "en", "name": "com"},
-	1: {"lang": "en", "name": "net"},
-	2: {"lang": "cn", "name": "com"},
-	3: {"lang": "jp"},
-	4: {"name": "co"},
-	5: {"iana.org/language_tag": "en", "name": "contains\"quote"},
-	6: {"lang": "de-AT", "tab": "a\tb"},
-	7: {"name": "€uro", "x": ""},
-}
-
 func TestFilterTable(t *testing.T) {
+	messages := filtertest.Messages()
 	for _, c := range []struct {
 		filter string
 		want   []int
@@ -113,7 +102,7 @@ func TestFilterMatchAllocatesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := wire.Body([]byte("data"), messages[0])
+	body := wire.Body([]byte("data"), filtertest.Messages()[0])
 	if n := testing.AllocsPerRun(1000, func() { f.Match(body) }); n != 0 {
 		t.Errorf("match allocates %v times per message, want 0", n)
 	}
