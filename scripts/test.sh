@@ -269,25 +269,46 @@ benchsmoke() {
   go run ./bench --quick ${DEDUPFLOW_BENTO:+--bento "$DEDUPFLOW_BENTO"}
 }
 
-stage "go vet, staticcheck" vet
-# The end-to-end tests (e2e/, a module of their own) mostly wait on the
+# beside NAME FUNCTION: runs FUNCTION in the background, beside the stages that
+# follow; its output and result come at the end (collect), with its own time.
+# The end-to-end tests and the benchmark smoke run mostly wait on the
 # processes they start, so they run beside the packages' tests.
-e2e_start=$SECONDS
-( set -e; e2e ) >"$work/e2e.log" 2>&1 &
-e2e_pid=$!
+beside_names=() beside_pids=() beside_logs=()
+beside() {
+  local log="$work/beside-${#beside_pids[@]}.log"
+  log "$1: started, beside the stages below; its output follows them"
+  (
+    start=$SECONDS
+    set +e
+    ( set -e; "$2" ) >"$log" 2>&1
+    status=$?
+    echo "$status $((SECONDS - start))" >"$log.result"
+    exit "$status"
+  ) &
+  beside_names+=("$1") beside_pids+=($!) beside_logs+=("$log")
+}
+collect() {
+  local i status seconds
+  for i in "${!beside_pids[@]}"; do
+    wait "${beside_pids[$i]}" || true
+    log "${beside_names[$i]}"
+    cat "${beside_logs[$i]}"
+    read -r status seconds <"${beside_logs[$i]}.result" || { status=1 seconds=0; }
+    record "${beside_names[$i]}" "$status" "$seconds"
+  done
+}
+
+beside "go test: e2e (the binary under kills, failover, outages and a flaky network)" e2e
+beside "benchmark smoke run" benchsmoke
+stage "go vet, staticcheck" vet
 stage "go test" unit
 stage "go test: bench" benchtests
-log "go test: e2e (the binary under kills, failover, outages and a flaky network)"
-e2e_status=0
-wait "$e2e_pid" || e2e_status=$?
-cat "$work/e2e.log"
-record "go test: e2e" "$e2e_status" $((SECONDS - e2e_start))
 stage "go test: deploy/validate (Kubernetes and compose types, a module of its own)" validate
 stage "go test, without -race: the reference runs that pstest's own data race keeps out of -race" norace
 stage "fuzz FuzzParseTimestamp (brief)" fuzz_timestamp
 stage "fuzz FuzzKeyOf (brief)" fuzz_keyof
 stage "fuzz FuzzJSONKey (brief)" fuzz_jsonkey
-stage "benchmark smoke run" benchsmoke
+collect
 
 log "summary"
 printf '%s\n' "${results[@]}" >&2
