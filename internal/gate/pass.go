@@ -221,7 +221,7 @@ func (r *run) answered(pending []int, bs []dedup.BatchClaim, start time.Time) (d
 			asked, failed, cause = true, append(failed, i), b.Err
 		default:
 			asked = true
-			r.judged(i, it, b)
+			r.judged(i, it, b, start)
 		}
 	}
 	if !asked {
@@ -240,8 +240,9 @@ func (r *run) answered(pending []int, bs []dedup.BatchClaim, start time.Time) (d
 	return deferred
 }
 
-// judged maps a claim's verdict to what happens to its message.
-func (r *run) judged(i int, it *Item, b *dedup.BatchClaim) {
+// judged maps the verdict of a claim made at start to what happens to its
+// message.
+func (r *run) judged(i int, it *Item, b *dedup.BatchClaim, start time.Time) {
 	g := r.g
 	switch b.Verdict.Status {
 	case dedup.Duplicate:
@@ -252,7 +253,7 @@ func (r *run) judged(i int, it *Item, b *dedup.BatchClaim) {
 		r.hold(i, outcome.InFlightConflict, pauseDelay())
 	case dedup.Proceed:
 		it.LateDuplicate = g.suspect(it)
-		it.Retaken = b.Verdict.Retaken || g.mayBeRetaken(it.In)
+		it.Retaken = b.Verdict.Retaken || g.mayBeRetaken(start)
 		r.jobs = append(r.jobs, job{at: i, it: it, t: b.Ticket, claimed: true, file: true, ok: outcome.Emitted})
 	default:
 		g.log.Error("dedup store answered an unknown status; message nacked", "status", b.Verdict.Status, "message_id", it.In.ID)
@@ -317,14 +318,15 @@ func (r *run) hold(i int, o outcome.Outcome, d time.Duration) {
 // deadline, after which that process's own messages have come back.
 const recovery = 10 * time.Minute
 
-// mayBeRetaken says whether m's key may have a write in flight from a
-// process that stopped before it committed the key: a stopped process's
-// claims are not kept by the memory and disk stores, and a copy of one of
-// its keys may come up to a horizon later (its redelivery, within the
-// longest ack deadline). So every message in the first horizon (at least
-// recovery) after the gate started.
-func (g *Gate) mayBeRetaken(*pubsub.Message) bool {
-	return g.now().Before(g.started.Add(max(g.dd.Horizon(), recovery)))
+// mayBeRetaken says whether a key claimed at t may have a write in flight
+// from a process that stopped before it committed the key: a stopped
+// process's claims are not kept by the memory and disk stores, and a copy
+// of one of its keys may come up to a horizon later (its redelivery,
+// within the longest ack deadline). So every key claimed in the first
+// horizon (at least recovery) after the gate started. t is the claim
+// call's time, read once per batch.
+func (g *Gate) mayBeRetaken(t time.Time) bool {
+	return t.Before(g.started.Add(max(g.dd.Horizon(), recovery)))
 }
 
 // storeFailed records a claim call made at start that failed, and returns
