@@ -92,7 +92,7 @@ func (e *env) addCPURows(group, count string, cpu map[[2]string][]float64) {
 			r.count = "the bench's redis-server during the Redis store runs (/proc/PID/stat), per message in"
 		}
 		if batchFloorOf[name] && len(batchFloor.values) > 0 {
-			r.note = strings.TrimPrefix(r.note+fmt.Sprintf("; pipeline ÷ batch relay floor: %.2f×", r.median()/batchFloor.median()), "; ")
+			r.note = strings.TrimPrefix(r.note+fmt.Sprintf("; pipeline ÷ batch relay floor: %.2f×", paired(r, batchFloor)), "; ")
 		}
 		e.add(r)
 	}
@@ -128,7 +128,7 @@ func (e *env) cpuTargetRows(verdict func(bool) string) string {
 			fmt.Fprintf(&b, "| %s, 30%% copies: CPU per message ≤ %.2f× %s | not measured | — |\n", t.label, t.max, floorLabels[t.floor])
 			continue
 		}
-		x := r.median() / floor.median()
+		x := paired(r, floor)
 		extra := ""
 		if t.name == nameRedis {
 			if s, ok := e.find("cpu", g, nameRedisServer); ok {
@@ -139,8 +139,23 @@ func (e *env) cpuTargetRows(verdict func(bool) string) string {
 				}
 			}
 		}
-		fmt.Fprintf(&b, "| %s, 30%% copies: CPU per message ≤ %.2f× %s | %.1f vs %.1f µs/msg = %.2f×%s | %s |\n",
+		fmt.Fprintf(&b, "| %s, 30%% copies: CPU per message ≤ %.2f× %s | %.1f vs %.1f µs/msg; per run %.2f×%s | %s |\n",
 			t.label, t.max, floorLabels[t.floor], r.median(), floor.median(), x, extra, verdict(x <= t.max))
 	}
 	return b.String()
+}
+
+// paired is r's CPU over floor's: the median of the runs' ratios when both
+// ran every run (each run measures every contender in turn, so a run's two
+// figures share the machine's state of the moment), else the ratio of the
+// medians.
+func paired(r, floor row) float64 {
+	if len(r.values) != len(floor.values) || r.from != floor.from {
+		return r.median() / floor.median()
+	}
+	per := row{values: make([]float64, len(r.values))}
+	for i, v := range r.values {
+		per.values[i] = v / floor.values[i]
+	}
+	return per.median()
 }

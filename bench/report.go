@@ -146,7 +146,8 @@ var sectionsText = []sectionText{
 			"The **batch relay floor** is the same relay on the pipeline's own receiver (`relayfloor --receiver batch`): " +
 			"`pubsubio/pull` (StreamingPull on the low-level API) hands it a batch at a time, the batch's first copies go " +
 			"out in one Publish RPC, and the batch is acked once that is confirmed; the default (batch) path's rows name " +
-			"their ratio to it in their notes. " +
+			"their ratio to it in their notes. That ratio and the Targets table's are the median of the runs' own ratios: " +
+			"a run measures every contender in turn, so its two figures share the machine's state of the moment. " +
 			"Where a target is missed, `bench/notes.md` says where the profile puts the difference."},
 	{"latency", "5b. Latency from publish to output: the batch path vs the client path vs the relay floor",
 		"Each run starts a fresh in-memory dedupflow broker in the bench process and the consumer as a child process, as " +
