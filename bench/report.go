@@ -437,6 +437,7 @@ go run ./bench --quick                          # smoke test, ~1 min: every cont
 go run ./bench --runs 3 --bento PATH/TO/bento   # full run, ~30 min on 2 cores: writes BENCHMARKS.md and docs/bench/*.png
 go run ./bench --only pipeline --ratios 0.3     # one section, one ratio; rows of other sections are kept from docs/bench/results.json
 go run ./bench --only pipeline,replicas --ratios 0.3 --runs 3   # the relay floor and CPU ratios (5), replicas on Redis Cluster (6)
+go run ./bench --only pipeline --ratios 0.3 --runs 3 --events 300000   # the CPU ratios (5) with runs of ~2 s of CPU each, ~6 min
 go run ./bench --only pipeline --ratios 0.3 --runs 2 --profile /tmp/prof   # perf profiles of the pipeline rows, /tmp/prof/summary.txt
 go run ./bench --save r.json ...; go run ./bench --load r.json   # redraw the report and plots without measuring
 ` + "```" + `
