@@ -181,16 +181,11 @@ func AppendAttr[S string | []byte](body []byte, k, v S) []byte {
 // does not expect, which Body does not write.
 func Walk(body []byte, data func(p []byte), attr func(k, v []byte)) {
 	for len(body) > 0 {
-		num, typ, n := protowire.ConsumeTag(body)
-		if n < 0 || typ != protowire.BytesType {
+		num, v, rest, ok := field(body)
+		if !ok {
 			return
 		}
-		body = body[n:]
-		v, n := protowire.ConsumeBytes(body)
-		if n < 0 {
-			return
-		}
-		body = body[n:]
+		body = rest
 		switch num {
 		case fMessageData:
 			if data != nil {
@@ -208,16 +203,11 @@ func Walk(body []byte, data func(p []byte), attr func(k, v []byte)) {
 // on Walk so that a lookup needs no closure.
 func Attr(body []byte, key string) ([]byte, bool) {
 	for len(body) > 0 {
-		num, typ, n := protowire.ConsumeTag(body)
-		if n < 0 || typ != protowire.BytesType {
+		num, v, rest, ok := field(body)
+		if !ok {
 			return nil, false
 		}
-		body = body[n:]
-		v, n := protowire.ConsumeBytes(body)
-		if n < 0 {
-			return nil, false
-		}
-		body = body[n:]
+		body = rest
 		if num == fMessageAttrs {
 			if k, val := mapEntry(v); string(k) == key {
 				return val, true
@@ -227,19 +217,29 @@ func Attr(body []byte, key string) ([]byte, bool) {
 	return nil, false
 }
 
+// field consumes one length-delimited field of b: its number, its bytes
+// (aliasing b) and the rest of b; ok is false at any other wire type or a
+// malformed field, where the bodies and entries this package writes end.
+func field(b []byte) (num protowire.Number, v, rest []byte, ok bool) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || typ != protowire.BytesType {
+		return 0, nil, nil, false
+	}
+	v, m := protowire.ConsumeBytes(b[n:])
+	if m < 0 {
+		return 0, nil, nil, false
+	}
+	return num, v, b[n+m:], true
+}
+
 // mapEntry decodes one attributes entry.
 func mapEntry(e []byte) (k, v []byte) {
 	for len(e) > 0 {
-		num, typ, n := protowire.ConsumeTag(e)
-		if n < 0 || typ != protowire.BytesType {
+		num, f, rest, ok := field(e)
+		if !ok {
 			return k, v
 		}
-		e = e[n:]
-		f, n := protowire.ConsumeBytes(e)
-		if n < 0 {
-			return k, v
-		}
-		e = e[n:]
+		e = rest
 		switch num {
 		case fMapKey:
 			k = f
