@@ -80,9 +80,8 @@ type run struct {
 	ins []*pubsub.Message
 	rs  []outcome.Result
 
-	// items are the messages' items, by index, in one allocation; only
-	// those of keyed messages are filled.
-	items []Item
+	items []Item // the messages' items, by index, in one allocation
+
 	jobs  []job   // to work on this round
 	aside []aside // to move aside this round
 }
