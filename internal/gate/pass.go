@@ -80,8 +80,7 @@ type run struct {
 	ins []*pubsub.Message
 	rs  []outcome.Result
 
-	items []Item // the messages' items, by index, in one allocation
-
+	items []Item  // the messages' items, by index, in one allocation
 	jobs  []job   // to work on this round
 	aside []aside // to move aside this round
 }
