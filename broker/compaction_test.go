@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -61,10 +60,7 @@ func TestCompactionKeepsEveryKind(t *testing.T) {
 
 	before := observe(t, c, sc)
 	before["backlogs"] = pulled(t, c)
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
+	kill9(t, cmd)
 	cmd, addr = startBrokerd(t, bin, dir, "--compact-size", fmt.Sprint(compactSize))
 	c, sc = newClient(t, addr), schemaClient(t, addr)
 	after := observe(t, c, sc)

@@ -157,6 +157,16 @@ func startBrokerd(t testing.TB, bin, dir string, flags ...string) (*exec.Cmd, st
 	return cmd, line[:len(line)-1]
 }
 
+// kill9 SIGKILLs a broker process that startBrokerd started and waits for
+// its end.
+func kill9(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+}
+
 // TestKill9 kills a broker process with SIGKILL while publishers are
 // running, restarts it on the same data dir, and checks that every
 // publish that was acknowledged and not yet consumed is delivered.
@@ -197,10 +207,7 @@ func TestKill9(t *testing.T) {
 		}()
 	}
 	time.Sleep(1500 * time.Millisecond)
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
+	kill9(t, cmd)
 	cancel()
 	wg.Wait()
 	c.Close()

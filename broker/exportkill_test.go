@@ -41,23 +41,12 @@ func TestStorageExportKill(t *testing.T) {
 
 	published := map[string]bool{}
 	publishSome := func(c *pubsub.Client, from, to int) {
-		p := c.Publisher(topic)
-		defer p.Stop()
-		var rs []*pubsub.PublishResult
-		for i := from; i < to; i++ {
-			rs = append(rs, p.Publish(context.Background(), &pubsub.Message{Data: fmt.Appendf(nil, "m%05d%s", i, strings.Repeat(".", 90))}))
-		}
-		for i, r := range rs {
-			if _, err := r.Get(context.Background()); err == nil {
-				published[fmt.Sprintf("m%05d", from+i)] = true
-			}
+		for _, id := range publishNumbered(c, topic, from, to, strings.Repeat(".", 90)) {
+			published[id] = true
 		}
 	}
 	publishSome(c, 0, 1500)
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
+	kill9(t, cmd)
 	cmd, addr = startBrokerd(t, bin, dir, flags...)
 	c = newClient(t, addr)
 	got, err := c.SubscriptionAdminClient.GetSubscription(context.Background(), &pb.GetSubscriptionRequest{Subscription: sub.Name})
@@ -127,24 +116,9 @@ func TestBigQueryExportKill(t *testing.T) {
 	table := bq.Project + "." + ds + ".raw"
 	createSub(t, c, &pb.Subscription{Topic: topic, BigqueryConfig: &pb.BigQueryConfig{Table: table}})
 	answered := 0
-	publishSome := func(c *pubsub.Client, from, to int) {
-		p := c.Publisher(topic)
-		defer p.Stop()
-		var rs []*pubsub.PublishResult
-		for i := from; i < to; i++ {
-			rs = append(rs, p.Publish(context.Background(), &pubsub.Message{Data: fmt.Appendf(nil, "m%05d", i)}))
-		}
-		for _, r := range rs {
-			if _, err := r.Get(context.Background()); err == nil {
-				answered++
-			}
-		}
-	}
+	publishSome := func(c *pubsub.Client, from, to int) { answered += len(publishNumbered(c, topic, from, to, "")) }
 	publishSome(c, 0, 1500)
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
+	kill9(t, cmd)
 	cmd, addr = startBrokerd(t, bin, dir, flags...)
 	c = newClient(t, addr)
 	publishSome(c, 1500, 3000)
@@ -154,4 +128,23 @@ func TestBigQueryExportKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d messages published, all written; %d rows (written twice across the kill: %d)", answered, rows[0][0], rows[0][0].(int64)-int64(answered))
+}
+
+// publishNumbered publishes messages from..to-1 to topic, each with data
+// "m" and its number in five digits, then pad, and returns the "m%05d" of
+// those whose publish was answered.
+func publishNumbered(c *pubsub.Client, topic string, from, to int, pad string) []string {
+	p := c.Publisher(topic)
+	defer p.Stop()
+	var rs []*pubsub.PublishResult
+	for i := from; i < to; i++ {
+		rs = append(rs, p.Publish(context.Background(), &pubsub.Message{Data: fmt.Appendf(nil, "m%05d%s", i, pad)}))
+	}
+	var answered []string
+	for i, r := range rs {
+		if _, err := r.Get(context.Background()); err == nil {
+			answered = append(answered, fmt.Sprintf("m%05d", from+i))
+		}
+	}
+	return answered
 }

@@ -88,10 +88,7 @@ func TestKillUnderLoad(t *testing.T) {
 	cycles = append(cycles, cycle{pubRate: p, recvRate: r})
 	for range kills {
 		var rec, pubRec time.Duration
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		cmd.Wait()
+		kill9(t, cmd)
 		cmd = nil
 		start := time.Now()
 		cmd, _ = startBrokerd(t, bin, dir, "--listen", addr)

@@ -271,10 +271,7 @@ func TestPushConfigKill9(t *testing.T) {
 	id := publishPB(t, c, topic, &pb.PubsubMessage{Data: []byte("survivor"), Attributes: map[string]string{"k": "v"}})[0]
 	created.next(t, 10*time.Second) // nacked: the message stays
 	modified.next(t, 10*time.Second)
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
+	kill9(t, cmd)
 	c.Close()
 	for _, e := range []*endpoint{created, modified} {
 		for len(e.got) > 0 {
