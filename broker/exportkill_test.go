@@ -27,13 +27,7 @@ import (
 func TestStorageExportKill(t *testing.T) {
 	host, client, bucket := storageServer(t)
 	t.Setenv("STORAGE_EMULATOR_HOST", host) // brokerd reads it
-	bin, dir := buildBrokerd(t), t.TempDir()
-	flags := []string{"--compact-size", fmt.Sprint(64 << 10)}
-	cmd, addr := startBrokerd(t, bin, dir, flags...)
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
+	addr, dir, restart := compactingBrokerd(t)
 	c := newClient(t, addr)
 	topic := createTopic(t, c)
 	want := &pb.CloudStorageConfig{Bucket: bucket, FilenamePrefix: "kill/", FilenameSuffix: ".txt", MaxBytes: 10_000}
@@ -46,9 +40,7 @@ func TestStorageExportKill(t *testing.T) {
 		}
 	}
 	publishSome(c, 0, 1500)
-	kill9(t, cmd)
-	cmd, addr = startBrokerd(t, bin, dir, flags...)
-	c = newClient(t, addr)
+	c = newClient(t, restart())
 	got, err := c.SubscriptionAdminClient.GetSubscription(context.Background(), &pb.GetSubscriptionRequest{Subscription: sub.Name})
 	if err != nil {
 		t.Fatal(err)
@@ -104,13 +96,7 @@ func TestBigQueryExportKill(t *testing.T) {
 	if err := bq.CreateTable(t.Context(), bigquery.TableRef{Dataset: ds, Table: "raw"}, gbq.Schema{{Name: "data", Type: gbq.StringFieldType}}); err != nil {
 		t.Fatal(err)
 	}
-	bin, dir := buildBrokerd(t), t.TempDir() // brokerd reads BIGQUERY_EMULATOR_HOST and BIGQUERY_STORAGE_EMULATOR_HOST
-	flags := []string{"--compact-size", fmt.Sprint(64 << 10)}
-	cmd, addr := startBrokerd(t, bin, dir, flags...)
-	defer func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-	}()
+	addr, _, restart := compactingBrokerd(t) // brokerd reads BIGQUERY_EMULATOR_HOST and BIGQUERY_STORAGE_EMULATOR_HOST
 	c := newClient(t, addr)
 	topic := createTopic(t, c)
 	table := bq.Project + "." + ds + ".raw"
@@ -118,9 +104,7 @@ func TestBigQueryExportKill(t *testing.T) {
 	answered := 0
 	publishSome := func(c *pubsub.Client, from, to int) { answered += len(publishNumbered(c, topic, from, to, "")) }
 	publishSome(c, 0, 1500)
-	kill9(t, cmd)
-	cmd, addr = startBrokerd(t, bin, dir, flags...)
-	c = newClient(t, addr)
+	c = newClient(t, restart())
 	publishSome(c, 1500, 3000)
 	rowCount(t, bq, "SELECT COUNT(DISTINCT data) FROM `"+table+"`", int64(answered))
 	rows, err := bq.Query(t.Context(), "SELECT COUNT(*) FROM `"+table+"`")
@@ -128,6 +112,26 @@ func TestBigQueryExportKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d messages published, all written; %d rows (written twice across the kill: %d)", answered, rows[0][0], rows[0][0].(int64)-int64(answered))
+}
+
+// compactingBrokerd starts a broker process on a fresh data dir, with a
+// log small enough to be compacted while a test publishes, and stops it
+// when the test ends. restart SIGKILLs it and starts it again on the same
+// dir, returning its new address.
+func compactingBrokerd(t *testing.T) (addr, dir string, restart func() string) {
+	bin, dir := buildBrokerd(t), t.TempDir()
+	flags := []string{"--compact-size", fmt.Sprint(64 << 10)}
+	cmd, addr := startBrokerd(t, bin, dir, flags...)
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	return addr, dir, func() string {
+		kill9(t, cmd)
+		var a string
+		cmd, a = startBrokerd(t, bin, dir, flags...)
+		return a
+	}
 }
 
 // publishNumbered publishes messages from..to-1 to topic, each with data
