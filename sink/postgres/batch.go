@@ -27,7 +27,7 @@ func (s *Sink) writeBatch(reqs []*request) {
 		rows[i] = r.row
 	}
 	rows, owner := s.dedupe(rows)
-	errs := s.store(rows)
+	errs := s.store(rows, time.Time{})
 	for i, r := range live {
 		r.done <- errs[owner[i]]
 	}
@@ -37,9 +37,11 @@ func (s *Sink) writeBatch(reqs []*request) {
 // (one per MaxBatch rows), run on the caller's goroutine rather than
 // gathered with other writers' rows. A message that cannot be encoded, or
 // a row the server refuses, fails alone and permanently; a statement that
-// fails otherwise fails the messages it carried. The statement is bounded
-// by StatementTimeout, not by ctx: it may commit after ctx ended, and the
-// retry that follows is then a no-op.
+// fails otherwise fails the messages it carried. Each statement ends by
+// StatementTimeout or by ctx's deadline, whichever is sooner, and none
+// starts once ctx ended; a cancel without a deadline does not stop a
+// statement under way, which may commit after ctx ended (the retry that
+// follows is then a no-op).
 func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error) {
 	s.callsMu.Lock()
 	if s.closed {
@@ -66,10 +68,17 @@ func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error)
 		}
 		rows, at = append(rows, r), append(at, i)
 	}
+	by, _ := ctx.Deadline()
 	for len(rows) > 0 {
+		if err := ctx.Err(); err != nil {
+			for j, r := range rows {
+				errs[at[j]] = fmt.Errorf("write key %q to %s: %w", r.key, s.table.Sanitize(), context.Cause(ctx))
+			}
+			return
+		}
 		n := min(len(rows), s.opt.MaxBatch)
 		folded, owner := s.dedupe(rows[:n])
-		rerrs := s.store(folded)
+		rerrs := s.store(folded, by)
 		for j := range n {
 			errs[at[j]] = rerrs[owner[j]]
 		}
@@ -103,21 +112,22 @@ func (s *Sink) dedupe(rows []row) ([]row, []int) {
 
 // store writes rows in one statement and returns each row's result. When
 // the server refuses the data of some row, the batch is retried row by row
-// so only that row fails (permanently) and the others are written.
-func (s *Sink) store(rows []row) []error {
+// so only that row fails (permanently) and the others are written. No
+// statement runs past by, unless by is zero.
+func (s *Sink) store(rows []row, by time.Time) []error {
 	errs := make([]error, len(rows))
-	err := s.exec(rows)
+	err := s.exec(rows, by)
 	if err != nil && rowError(err) && len(rows) > 1 {
 		s.log.Warn("the server refused a row of a batch; writing its rows one by one to find it",
 			"table", s.table.Sanitize(), "rows", len(rows), "err", err)
 		for i := range rows {
-			errs[i] = s.storeOne(&rows[i])
+			errs[i] = s.storeOne(&rows[i], by)
 		}
 		return errs
 	}
 	if err != nil {
 		if len(rows) == 1 && rowError(err) {
-			errs[0] = s.storeOne(&rows[0])
+			errs[0] = s.storeOne(&rows[0], by)
 			return errs
 		}
 		err = fmt.Errorf("insert %d rows into %s: %w", len(rows), s.table.Sanitize(), classify(err))
@@ -129,15 +139,15 @@ func (s *Sink) store(rows []row) []error {
 }
 
 // storeOne writes a single row after its batch failed on data.
-func (s *Sink) storeOne(r *row) error {
+func (s *Sink) storeOne(r *row, by time.Time) error {
 	one := []row{*r}
-	err := s.exec(one)
+	err := s.exec(one, by)
 	if err != nil && rowError(err) && r.dataJSON != nil {
 		// jsonb refused a payload that passed our checks (a number beyond
 		// numeric's range, nesting deeper than the server's stack). The
 		// data column keeps the bytes; only the JSON copy is left out.
 		one[0].dataJSON = nil
-		err = s.exec(one)
+		err = s.exec(one, by)
 	}
 	switch {
 	case err == nil:
@@ -157,12 +167,17 @@ func (s *Sink) storeOne(r *row) error {
 const maxAttempts = 2
 
 // exec runs the insert for rows and waits for its commit (a lone statement
-// is its own transaction).
-func (s *Sink) exec(rows []row) error {
+// is its own transaction), for at most StatementTimeout and never past by
+// (unless by is zero).
+func (s *Sink) exec(rows []row, by time.Time) error {
 	args := columnsOf(rows)
 	var err error
 	for range maxAttempts {
-		ctx, cancel := context.WithTimeout(s.ctx, s.opt.StatementTimeout)
+		end := time.Now().Add(s.opt.StatementTimeout)
+		if !by.IsZero() && by.Before(end) {
+			end = by
+		}
+		ctx, cancel := context.WithDeadline(s.ctx, end)
 		tag, e := s.pool.Exec(ctx, s.insert, args...)
 		cancel()
 		if e == nil {
@@ -172,7 +187,7 @@ func (s *Sink) exec(rows []row) error {
 			return nil
 		}
 		err = e
-		if !transient(err) || s.ctx.Err() != nil {
+		if !transient(err) || s.ctx.Err() != nil || !by.IsZero() && !time.Now().Before(by) {
 			break
 		}
 	}

@@ -493,6 +493,52 @@ func TestStatementTimeout(t *testing.T) {
 	}
 }
 
+// A batch ends by its caller's deadline, not by the statement timeout: the
+// pipeline gives a write half the claim lease, and a batch that runs past
+// it holds keys whose claims may be taken over (the flaky-network run saw
+// a batch of two statements, each tried twice, outlast it).
+func TestWriteBatchDeadline(t *testing.T) {
+	e := newEnv(t)
+	const statementTimeout = 20 * time.Second
+	s := e.open(t, postgres.Options{StatementTimeout: statementTimeout, MaxBatch: 2})
+	ctx := context.Background()
+	if err := s.Write(ctx, msg("before", "m", "x")); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{e.table}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	ms := []*sink.Message{msg("a", "1", "x"), msg("b", "2", "x"), msg("c", "3", "x"), msg("d", "4", "x")}
+	errs := make([]error, len(ms))
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	s.WriteBatch(short, ms, errs)
+	if d := time.Since(start); d >= statementTimeout {
+		t.Fatalf("a batch with a 300ms deadline took %v, as long as the statement timeout", d)
+	}
+	for i, err := range errs {
+		if !errors.Is(err, dedup.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("message %d of a batch past its deadline: %v, want ErrUnavailable or DeadlineExceeded", i, err)
+		}
+	}
+	_ = tx.Rollback(ctx)
+	s.WriteBatch(ctx, ms, errs)
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("message %d after the lock: %v", i, err)
+		}
+	}
+	if n := e.count(t, "true"); n != 5 {
+		t.Errorf("%d rows, want 5", n)
+	}
+}
+
 func TestDataJSONRoundTrip(t *testing.T) {
 	e := newEnv(t)
 	s := e.open(t, postgres.Options{})
