@@ -38,6 +38,26 @@ func emulator(t *testing.T) (*Client, string) {
 	return c, ds
 }
 
+// tableWriter creates the table ref with schema s and opens a writer to
+// it, closed when t ends.
+func tableWriter(t *testing.T, c *Client, ref TableRef, s bigquery.Schema) (*Table, *Writer) {
+	t.Helper()
+	ctx := t.Context()
+	if err := c.CreateTable(ctx, ref, s); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := c.Table(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.NewWriter(ctx, tb, 0, testenv.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return tb, w
+}
+
 // appendAll appends rows, sending again those the emulator refused as
 // Locked, and fails t on any other error.
 func appendAll(t *testing.T, w *Writer, rows [][]byte) {
@@ -90,19 +110,7 @@ func TestTableMissing(t *testing.T) {
 func TestAppendAndPresent(t *testing.T) {
 	c, ds := emulator(t)
 	ctx := t.Context()
-	ref := TableRef{ds, "events"}
-	if err := c.CreateTable(ctx, ref, events); err != nil {
-		t.Fatal(err)
-	}
-	tb, err := c.Table(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := c.NewWriter(ctx, tb, 0, testenv.Logger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	tb, w := tableWriter(t, c, TableRef{ds, "events"}, events)
 	pt := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	var rows [][]byte
 	for i := range 20 {
@@ -124,7 +132,7 @@ func TestAppendAndPresent(t *testing.T) {
 		t.Errorf("%d rows, want 20", n)
 	}
 	var got map[string]bool
-	err = retryLocked(ctx, func() (err error) {
+	err := retryLocked(ctx, func() (err error) {
 		got, err = c.Present(ctx, tb, "id", []string{"e3", "e19", "nope"})
 		return err
 	})
@@ -142,20 +150,8 @@ func TestAppendAndPresent(t *testing.T) {
 func TestAppendLearnsServerLimit(t *testing.T) {
 	c, ds := emulator(t)
 	ctx := t.Context()
-	ref := TableRef{ds, "big"}
 	s := bigquery.Schema{{Name: "k", Type: bigquery.StringFieldType}, {Name: "data", Type: bigquery.BytesFieldType}}
-	if err := c.CreateTable(ctx, ref, s); err != nil {
-		t.Fatal(err)
-	}
-	tb, err := c.Table(ctx, ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := c.NewWriter(ctx, tb, 0, testenv.Logger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	tb, w := tableWriter(t, c, TableRef{ds, "big"}, s)
 	const n = 60 // 60 rows of 100 KiB: 6 MiB, one request at the service's limit
 	var rows [][]byte
 	for i := range n {
