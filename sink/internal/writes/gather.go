@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/dedupflow/dedupflow/dedup"
 )
 
 // Defaults of a Gatherer for the table sinks.
@@ -17,7 +19,7 @@ const (
 	// (or a later one): a write that outlives the default claim lease lets
 	// copies of its key through anyway, so no batch is worth waiting on
 	// longer.
-	DefaultTimeout = 30 * time.Second
+	DefaultTimeout = dedup.DefaultLease
 )
 
 // Gathering configures a Gatherer.
