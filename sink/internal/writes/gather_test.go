@@ -194,6 +194,7 @@ func TestGatherClose(t *testing.T) {
 		g.Close()
 		close(closed)
 	}()
+	<-g.closing
 	f.gate <- struct{}{}
 	if b := <-f.got; !reflect.DeepEqual(b.items, []int{2}) {
 		t.Errorf("after Close the gathered batch is %v, want [2]", b.items)
