@@ -10,13 +10,9 @@ import (
 	"github.com/dedupflow/dedupflow/sink/columns"
 )
 
-// BenchmarkWriteBatch writes batches of 1,000 messages, two fields of
-// their JSON payload and three metadata columns each, as the other table
-// sinks' benchmarks do. b.N is messages; cpu-ns/op is the sink's CPU per
-// message, not the emulator's. Run with
-//
-//	go test -run '^$' -bench 'WriteBatch$' -benchtime 20000x ./sink/bigquery/
-func BenchmarkWriteBatch(b *testing.B) {
+// benchSink writes two fields of the JSON payload and three metadata
+// columns of each message, as the other table sinks' benchmarks do.
+func benchSink(b *testing.B) *Sink {
 	f := newFixture(b)
 	f.table(b, "orders", bigquery.Schema{
 		{Name: "eid", Type: bigquery.StringFieldType}, {Name: "message_id", Type: bigquery.StringFieldType},
@@ -24,7 +20,27 @@ func BenchmarkWriteBatch(b *testing.B) {
 		{Name: "customer", Type: bigquery.StringFieldType}, {Name: "total", Type: bigquery.FloatFieldType},
 	})
 	md, _ := columns.Parse("key,message_id,publish_time", "eid")
-	sinktest.BenchWriteBatch(b, f.open(b, Options{Table: "orders", Metadata: md}))
+	return f.open(b, Options{Table: "orders", Metadata: md})
+}
+
+// BenchmarkWriteBatch writes batches of 1,000 messages. b.N is messages;
+// cpu-ns/op is the sink's CPU per message, not the emulator's. Run with
+//
+//	go test -run '^$' -bench 'WriteBatch$' -benchtime 20000x ./sink/bigquery/
+func BenchmarkWriteBatch(b *testing.B) {
+	sinktest.BenchWriteBatch(b, benchSink(b))
+}
+
+// BenchmarkWriteConcurrent writes each message with a Write of its own,
+// from many goroutines at once, as a receiver that hands over one message
+// at a time does. Run with
+//
+//	go test -run '^$' -bench WriteConcurrent -benchtime 5000x ./sink/bigquery/
+func BenchmarkWriteConcurrent(b *testing.B) {
+	s := benchSink(b)
+	sinktest.BenchWriteConcurrent(b, s)
+	st := s.Stats()
+	b.ReportMetric(float64(st.Appended)/float64(max(st.Appends, 1)), "rows/append")
 }
 
 // BenchmarkWriteBatchRetaken writes batches of 1,000 retaken orders, each

@@ -44,6 +44,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,6 +53,7 @@ import (
 	bq "github.com/dedupflow/dedupflow/internal/bigquery"
 	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/columns"
+	"github.com/dedupflow/dedupflow/sink/internal/writes"
 )
 
 // Options configure a Sink.
@@ -72,8 +74,18 @@ type Options struct {
 	MaxRequestBytes int
 	// Endpoints, zero for Google; bq.EndpointsFromEnv for an emulator.
 	Endpoints bq.Endpoints
-	Logger    *slog.Logger
+	// BatchTimeout bounds a batch of gathered Writes, for writers that
+	// set no deadline (DefaultBatchTimeout when zero); a batch ends at its
+	// writers' latest deadline when that comes sooner.
+	BatchTimeout time.Duration
+	Logger       *slog.Logger
 }
+
+// DefaultBatchTimeout is Options.BatchTimeout's default.
+const DefaultBatchTimeout = writes.DefaultTimeout
+
+// ErrClosed is returned by Write after Close.
+var ErrClosed = errors.New("bigquery sink closed")
 
 // maxUnsure bounds the keys remembered as maybe written, so a long outage
 // cannot grow the set without end; past it a failed key is not looked up
@@ -85,6 +97,7 @@ type Stats struct {
 	Appended int64 // rows appended
 	Present  int64 // messages found in the table already, not appended again
 	Lookups  int64 // lookup queries run
+	Appends  int64 // appends of a batch's rows, each of one or more AppendRows requests
 }
 
 // Sink appends messages to a BigQuery table.
@@ -99,7 +112,8 @@ type Sink struct {
 	log       *slog.Logger
 	mu        sync.Mutex
 	unsure    map[string]bool // keys whose append failed without a verdict
-	stats     struct{ appended, present, lookups atomic.Int64 }
+	gather    *writes.Gatherer[*sink.Message]
+	stats     struct{ appended, present, lookups, appends atomic.Int64 }
 	closeOnce sync.Once
 }
 
@@ -113,6 +127,9 @@ func Open(ctx context.Context, url string, o Options) (*Sink, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.BatchTimeout <= 0 {
+		o.BatchTimeout = DefaultBatchTimeout
 	}
 	key := o.Metadata.Names[columns.Key]
 	if key == "" {
@@ -153,8 +170,11 @@ func open(ctx context.Context, c *bq.Client, ref bq.TableRef, key string, o Opti
 	if err != nil {
 		return nil, err
 	}
-	return &Sink{c: c, t: t, w: w, md: o.Metadata, key: key, enc: enc, sub: o.Subscription,
-		log: o.Logger, unsure: map[string]bool{}}, nil
+	s := &Sink{c: c, t: t, w: w, md: o.Metadata, key: key, enc: enc, sub: o.Subscription,
+		log: o.Logger, unsure: map[string]bool{}}
+	s.gather = writes.NewGatherer(ctx, writes.Gathering{Max: writes.DefaultMax, Flushers: writes.DefaultFlushers,
+		Timeout: o.BatchTimeout, Closed: ErrClosed}, s.WriteBatch)
+	return s, nil
 }
 
 // ParseURL reads bigquery://PROJECT/DATASET.
@@ -177,14 +197,16 @@ func values(vs []columns.Value) []bq.Value {
 
 // Stats are the sink's counters so far.
 func (s *Sink) Stats() Stats {
-	return Stats{s.stats.appended.Load(), s.stats.present.Load(), s.stats.lookups.Load()}
+	return Stats{s.stats.appended.Load(), s.stats.present.Load(), s.stats.lookups.Load(), s.stats.appends.Load()}
 }
 
 // Table is the table written, as a query names it (PROJECT.DATASET.TABLE).
 func (s *Sink) Table() string { return s.t.String() }
 
-// Close closes the stream and the connections.
+// Close finishes the gathered batches, then closes the stream and the
+// connections.
 func (s *Sink) Close() {
+	s.gather.Close()
 	s.closeOnce.Do(func() {
 		if err := errors.Join(s.w.Close(), s.c.Close()); err != nil {
 			s.log.Warn("bigquery sink: closing", "err", err)
@@ -192,11 +214,14 @@ func (s *Sink) Close() {
 	})
 }
 
-// Write writes one message, as a batch of one.
+// Write writes one message, gathered with the Writes that arrive with it
+// into one batch (see WriteBatch); it returns once its row is in the table.
 func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
-	errs := make([]error, 1)
-	s.WriteBatch(ctx, []*sink.Message{m}, errs)
-	return errs[0]
+	err := s.gather.Write(ctx, m)
+	if err != nil && err == context.Cause(ctx) {
+		return fmt.Errorf("write message %s to %s: %w", m.ID, s.t, err)
+	}
+	return err
 }
 
 // WriteBatch implements sink.BatchSink. A message that does not fit the
@@ -240,6 +265,7 @@ func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error)
 	if len(rows) == 0 {
 		return
 	}
+	s.stats.appends.Add(1)
 	for j, err := range s.w.Append(ctx, rows) {
 		m := ms[at[j]]
 		if err != nil {

@@ -40,6 +40,8 @@ const (
 	// DefaultFamily is the column family written by default.
 	DefaultFamily = "cf"
 	openTimeout   = 30 * time.Second
+	// DefaultBatchTimeout is Options.BatchTimeout's default.
+	DefaultBatchTimeout = writes.DefaultTimeout
 )
 
 // Options configure a Sink.
@@ -57,7 +59,11 @@ type Options struct {
 	// MaxMutations caps the mutations of one request (at most, and by
 	// default, MaxMutations); MaxBytes caps its approximate size.
 	MaxMutations, MaxBytes int
-	Logger                 *slog.Logger
+	// BatchTimeout bounds a batch of gathered Writes, for writers that
+	// set no deadline (DefaultBatchTimeout when zero); a batch ends at its
+	// writers' latest deadline when that comes sooner.
+	BatchTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -72,6 +78,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.BatchTimeout <= 0 {
+		o.BatchTimeout = DefaultBatchTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -92,7 +101,8 @@ type Sink struct {
 	opt    Options
 	names  []string // the JSON fields read: the cells', then the row key's
 
-	guard writes.Guard
+	gather *writes.Gatherer[*sink.Message]
+	guard  writes.Guard
 
 	requests, rows, failed atomic.Int64
 }
@@ -139,6 +149,8 @@ func Open(ctx context.Context, url string, o Options) (*Sink, error) {
 	}
 	s := &Sink{client: client, table: client.Open(o.Table), opt: o}
 	s.names = append(append(s.names, o.Fields...), o.RowKey.fields...)
+	s.gather = writes.NewGatherer(ctx, writes.Gathering{Max: writes.DefaultMax, Flushers: writes.DefaultFlushers,
+		Timeout: o.BatchTimeout, Closed: ErrClosed}, s.WriteBatch)
 	o.Logger.Info("bigtable sink ready", "instance", where, "table", o.Table, "family", o.Family)
 	return s, nil
 }
@@ -235,11 +247,14 @@ func metaBytes(v any) []byte {
 	panic(fmt.Sprintf("bigtable sink: metadata value of type %T", v))
 }
 
-// Write writes one message; it returns once its row is written.
+// Write writes one message, gathered with the Writes that arrive with it
+// into one batch (see WriteBatch); it returns once its row is written.
 func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
-	errs := make([]error, 1)
-	s.WriteBatch(ctx, []*sink.Message{m}, errs)
-	return errs[0]
+	err := s.gather.Write(ctx, m)
+	if err != nil && err == context.Cause(ctx) {
+		return fmt.Errorf("write message %s to %s: %w", m.ID, s.opt.Table, err)
+	}
+	return err
 }
 
 // WriteBatch writes ms in as few MutateRows requests as Bigtable's limits
@@ -292,7 +307,9 @@ func (s *Sink) Stats() Stats {
 	return Stats{Requests: s.requests.Load(), Rows: s.rows.Load(), Failed: s.failed.Load()}
 }
 
-// Close waits for the writes under way and closes the client.
+// Close finishes the gathered batches, waits for the writes under way and
+// closes the client.
 func (s *Sink) Close() {
+	s.gather.Close()
 	s.guard.Close(func() { _ = s.client.Close() })
 }

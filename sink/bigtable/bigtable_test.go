@@ -13,6 +13,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/internal/testenv/bigtabletest"
+	"github.com/dedupflow/dedupflow/internal/testenv/sinktest"
 	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/columns"
 )
@@ -189,5 +190,31 @@ func TestOpenWithoutCredentials(t *testing.T) {
 	_, err := Open(context.Background(), "bigtable://projects/p/instances/i", Options{Table: "t", Fields: []string{"a"}})
 	if err == nil || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "credentials: ") || !strings.Contains(err.Error(), "key.json") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("Open: %v, want one line refusing the credentials", err)
+	}
+}
+
+// TestWritesGathered: Writes that arrive together, as a receiver that
+// hands over one message at a time makes them, share MutateRows requests;
+// each row is written once, and a Write after Close is refused.
+func TestWritesGathered(t *testing.T) {
+	table := bigtabletest.Table(t, DefaultFamily)
+	s := open(t, table, Options{Fields: []string{"customer", "amount"}})
+	const n = 200
+	ms := make([]*sink.Message, n)
+	for i := range ms {
+		ms[i] = order(fmt.Sprintf("k%03d", i), fmt.Sprint("m", i), published)
+	}
+	if err := errors.Join(sinktest.WriteEach(context.Background(), s, ms, n)...); err != nil {
+		t.Fatal(err)
+	}
+	if rows := bigtabletest.Cells(t, table); len(rows) != n {
+		t.Errorf("%d rows after %d Writes of distinct keys, want %d", len(rows), n, n)
+	}
+	if st := s.Stats(); st.Rows != n || st.Requests >= n/2 {
+		t.Errorf("%d Writes took %d requests of %d rows, want fewer than half as many requests as Writes", n, st.Requests, st.Rows)
+	}
+	s.Close()
+	if err := s.Write(context.Background(), ms[0]); !errors.Is(err, ErrClosed) {
+		t.Errorf("Write after Close = %v, want ErrClosed", err)
 	}
 }

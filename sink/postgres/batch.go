@@ -9,28 +9,11 @@ import (
 	"github.com/dedupflow/dedupflow/sink"
 )
 
-// writeBatch stores one batch and answers every writer in it.
-func (s *Sink) writeBatch(reqs []*request) {
-	// A writer whose context ended has already returned an error, and its
-	// message will come back: no need to store its row now.
-	live := reqs[:0]
-	for _, r := range reqs {
-		if r.ctx.Err() == nil {
-			live = append(live, r)
-		}
-	}
-	if len(live) == 0 {
-		return
-	}
-	rows := make([]row, len(live))
-	for i, r := range live {
-		rows[i] = r.row
-	}
-	rows, owner := s.dedupe(rows)
-	errs := s.store(rows, time.Time{})
-	for i, r := range live {
-		r.done <- errs[owner[i]]
-	}
+// flush stores one gathered batch; its statements end by the batch's
+// deadline, its writers' latest.
+func (s *Sink) flush(ctx context.Context, rows []row, errs []error) {
+	by, _ := ctx.Deadline()
+	s.write(rows, by, errs)
 }
 
 // WriteBatch implements sink.BatchSink: the rows of ms in one statement
@@ -69,6 +52,7 @@ func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error)
 		rows, at = append(rows, r), append(at, i)
 	}
 	by, _ := ctx.Deadline()
+	part := make([]error, min(len(rows), s.opt.MaxBatch))
 	for len(rows) > 0 {
 		if err := ctx.Err(); err != nil {
 			for j, r := range rows {
@@ -77,12 +61,22 @@ func (s *Sink) WriteBatch(ctx context.Context, ms []*sink.Message, errs []error)
 			return
 		}
 		n := min(len(rows), s.opt.MaxBatch)
-		folded, owner := s.dedupe(rows[:n])
-		rerrs := s.store(folded, by)
+		s.write(rows[:n], by, part[:n])
 		for j := range n {
-			errs[at[j]] = rerrs[owner[j]]
+			errs[at[j]] = part[j]
 		}
 		rows, at = rows[n:], at[n:]
+	}
+}
+
+// write stores rows in one statement, copies of a key folded, and sets
+// errs[i] to rows[i]'s outcome. No statement runs past by, unless by is
+// zero.
+func (s *Sink) write(rows []row, by time.Time, errs []error) {
+	folded, owner := s.dedupe(rows)
+	rerrs := s.store(folded, by)
+	for i := range rows {
+		errs[i] = rerrs[owner[i]]
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupflow/dedupflow/sink"
+	"github.com/dedupflow/dedupflow/sink/internal/writes"
 )
 
 // OnConflict says what a row with an existing key does.
@@ -110,12 +111,8 @@ type Sink struct {
 	insert   string
 	opt      Options
 	log      *slog.Logger
-	reqs     chan *request
-	batches  chan []*request
-	closing  chan struct{}
-	freed    chan struct{} // a flusher finished a batch
+	gather   *writes.Gatherer[row]
 	stopOnce sync.Once
-	wg       sync.WaitGroup
 	// callsMu guards closed and calls: WriteBatch runs its statements on
 	// its caller's goroutine, and Close waits for them.
 	callsMu sync.Mutex
@@ -128,13 +125,6 @@ type Sink struct {
 }
 
 var _ sink.BatchSink = (*Sink)(nil)
-
-// request is one Write waiting for its batch.
-type request struct {
-	row  row
-	ctx  context.Context // the writer's: a batch skips rows nobody waits for
-	done chan error      // buffered: a flusher never blocks on a writer
-}
 
 // Open connects to url (a postgres:// URL or key=value DSN), creates or
 // checks the table, and starts the batcher. The pool is the sink's and
@@ -178,27 +168,17 @@ func newSink(ctx context.Context, pool *pgxpool.Pool, o Options) (*Sink, error) 
 		return nil, fmt.Errorf("postgres sink: %w", err)
 	}
 	s := &Sink{
-		pool:    pool,
-		table:   t,
-		insert:  insertSQL(t, o.OnConflict),
-		opt:     o,
-		log:     o.Logger,
-		reqs:    make(chan *request),
-		batches: make(chan []*request),
-		closing: make(chan struct{}),
-		// One token per finished batch. Room for one more than the
-		// flushers: after the batcher stops reading, the last batch's
-		// token must not block its flusher.
-		freed: make(chan struct{}, o.Flushers+1),
+		pool:   pool,
+		table:  t,
+		insert: insertSQL(t, o.OnConflict),
+		opt:    o,
+		log:    o.Logger,
 	}
 	// Statements run on a context of the sink's, not of any one writer: a
 	// batch serves many writers, and one giving up must not fail the rest.
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	s.wg.Add(1 + o.Flushers)
-	go s.batch()
-	for range o.Flushers {
-		go s.flush()
-	}
+	// StatementTimeout bounds each statement of a gathered batch already.
+	s.gather = writes.NewGatherer(ctx, writes.Gathering{Max: o.MaxBatch, Flushers: o.Flushers, Closed: ErrClosed}, s.flush)
 	s.log.Info("postgres sink ready", "table", t.Sanitize(), "created", created,
 		"on_conflict", o.OnConflict.String(), "max_batch", o.MaxBatch, "flushers", o.Flushers)
 	return s, nil
@@ -247,96 +227,25 @@ func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
 	if err != nil {
 		return fmt.Errorf("write message %s to %s: %w", m.ID, s.table.Sanitize(), err)
 	}
-	req := &request{row: r, ctx: ctx, done: make(chan error, 1)}
-	select {
-	case s.reqs <- req:
-	case <-s.closing:
-		return ErrClosed
-	case <-ctx.Done():
-		return fmt.Errorf("write key %q to %s: %w", r.key, s.table.Sanitize(), context.Cause(ctx))
+	err = s.gather.Write(ctx, r)
+	if err != nil && err == context.Cause(ctx) {
+		return fmt.Errorf("write key %q to %s: %w", r.key, s.table.Sanitize(), err)
 	}
-	select {
-	case err := <-req.done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("write key %q to %s: %w", r.key, s.table.Sanitize(), context.Cause(ctx))
-	}
+	return err
 }
 
 // Close stops taking writes, finishes the batches under way (each bounded
 // by StatementTimeout) and, when Open made the pool, closes it.
 func (s *Sink) Close() {
 	s.stopOnce.Do(func() {
-		close(s.closing)
 		s.callsMu.Lock()
 		s.closed = true
 		s.callsMu.Unlock()
+		s.gather.Close()
 		s.calls.Wait()
-		s.wg.Wait()
 		s.cancel()
 		if s.ownPool {
 			s.pool.Close()
 		}
 	})
-}
-
-// batch gathers requests and hands them to idle flushers. A lone write
-// goes at once: with nothing in flight there is nothing to wait for. While
-// statements run, writes gather (group commit), and another statement is
-// started only once the batch is big enough to pay for it: busy/Flushers of
-// MaxBatch. Every statement commits, and a commit costs about as much as
-// hundreds of rows, so many small parallel statements measured slower than
-// one big one; this rule gives small loads one statement at a time and lets
-// heavy loads use every flusher with large batches.
-func (s *Sink) batch() {
-	defer s.wg.Done()
-	defer close(s.batches)
-	pending := make([]*request, 0, s.opt.MaxBatch)
-	busy := 0
-	for {
-		in := s.reqs
-		if len(pending) >= s.opt.MaxBatch {
-			in = nil // full: wait for a flusher
-		}
-		var out chan []*request
-		if len(pending) > 0 && busy < s.opt.Flushers && len(pending) >= busy*s.opt.MaxBatch/s.opt.Flushers {
-			out = s.batches
-		}
-		select {
-		case r := <-in:
-			pending = append(pending, r)
-			// Take what is already waiting before offering the batch, so
-			// an idle flusher does not get a batch of one while writers
-			// queue behind it.
-		drain:
-			for len(pending) < s.opt.MaxBatch {
-				select {
-				case r := <-s.reqs:
-					pending = append(pending, r)
-				default:
-					break drain
-				}
-			}
-		case out <- pending:
-			busy++
-			pending = make([]*request, 0, s.opt.MaxBatch)
-		case <-s.freed:
-			busy--
-		case <-s.closing:
-			// reqs is unbuffered, so nothing more can arrive: Writes
-			// still blocked on it see closing and return ErrClosed.
-			if len(pending) > 0 {
-				s.batches <- pending
-			}
-			return
-		}
-	}
-}
-
-func (s *Sink) flush() {
-	defer s.wg.Done()
-	for b := range s.batches {
-		s.writeBatch(b)
-		s.freed <- struct{}{}
-	}
 }

@@ -36,6 +36,8 @@ const (
 	// openTimeout bounds the schema check at Open, so an unreachable
 	// service is one error at start rather than a hang.
 	openTimeout = 30 * time.Second
+	// DefaultBatchTimeout is Options.BatchTimeout's default.
+	DefaultBatchTimeout = writes.DefaultTimeout
 )
 
 // Options configure a Sink.
@@ -52,7 +54,11 @@ type Options struct {
 	// MaxMutations caps the mutations of one commit (at most, and by
 	// default, MaxMutations); MaxBytes caps its approximate size.
 	MaxMutations, MaxBytes int
-	Logger                 *slog.Logger
+	// BatchTimeout bounds a batch of gathered Writes, for writers that
+	// set no deadline (DefaultBatchTimeout when zero); a batch ends at its
+	// writers' latest deadline when that comes sooner.
+	BatchTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -61,6 +67,9 @@ func (o *Options) defaults() {
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.BatchTimeout <= 0 {
+		o.BatchTimeout = DefaultBatchTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -82,7 +91,8 @@ type Sink struct {
 	names      []string // of cols, as mutations name them
 	fieldNames []string // of the field columns, in order
 
-	guard writes.Guard
+	gather *writes.Gatherer[*sink.Message]
+	guard  writes.Guard
 
 	commits, rows, failed atomic.Int64
 }
@@ -133,15 +143,20 @@ func Open(ctx context.Context, url string, o Options) (*Sink, error) {
 			s.fieldNames = append(s.fieldNames, c.name)
 		}
 	}
+	s.gather = writes.NewGatherer(ctx, writes.Gathering{Max: writes.DefaultMax, Flushers: writes.DefaultFlushers,
+		Timeout: o.BatchTimeout, Closed: ErrClosed}, s.WriteBatch)
 	o.Logger.Info("spanner sink ready", "database", db, "table", o.Table, "columns", strings.Join(s.names, ","))
 	return s, nil
 }
 
-// Write writes one message; it returns once its row is committed.
+// Write writes one message, gathered with the Writes that arrive with it
+// into one batch (see WriteBatch); it returns once its row is committed.
 func (s *Sink) Write(ctx context.Context, m *sink.Message) error {
-	errs := make([]error, 1)
-	s.WriteBatch(ctx, []*sink.Message{m}, errs)
-	return errs[0]
+	err := s.gather.Write(ctx, m)
+	if err != nil && err == context.Cause(ctx) {
+		return fmt.Errorf("write message %s to %s: %w", m.ID, s.opt.Table, err)
+	}
+	return err
 }
 
 // WriteBatch writes ms in as few commits as Spanner's limits allow,
@@ -201,7 +216,9 @@ func (s *Sink) Stats() Stats {
 	return Stats{Commits: s.commits.Load(), Rows: s.rows.Load(), Failed: s.failed.Load()}
 }
 
-// Close waits for the writes under way and closes the client.
+// Close finishes the gathered batches, waits for the writes under way and
+// closes the client.
 func (s *Sink) Close() {
+	s.gather.Close()
 	s.guard.Close(s.client.Close)
 }

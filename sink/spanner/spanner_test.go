@@ -14,6 +14,7 @@ import (
 	"cloud.google.com/go/spanner"
 
 	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/internal/testenv/sinktest"
 	"github.com/dedupflow/dedupflow/internal/testenv/spannertest"
 	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/columns"
@@ -294,5 +295,31 @@ func TestOpenWithoutCredentials(t *testing.T) {
 	_, err := Open(context.Background(), "spanner://projects/p/instances/i/databases/d", Options{Table: "t"})
 	if err == nil || !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "credentials: ") || !strings.Contains(err.Error(), "key.json") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("Open: %v, want one line refusing the credentials", err)
+	}
+}
+
+// TestWritesGathered: Writes that arrive together, as a receiver that
+// hands over one message at a time makes them, share commits; each row is
+// written once, and a Write after Close is refused.
+func TestWritesGathered(t *testing.T) {
+	db := spannertest.Database(t, ordersDDL)
+	s := open(t, db, Options{})
+	const n = 200
+	ms := make([]*sink.Message, n)
+	for i := range ms {
+		ms[i] = order(fmt.Sprintf("k%03d", i), fmt.Sprint("m", i), "ann", i)
+	}
+	if err := errors.Join(sinktest.WriteEach(context.Background(), s, ms, n)...); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, db, "orders"); got != n {
+		t.Errorf("%d rows after %d Writes of distinct keys, want %d", got, n, n)
+	}
+	if st := s.Stats(); st.Rows != n || st.Commits >= n/2 {
+		t.Errorf("%d Writes took %d commits of %d rows, want fewer than half as many commits as Writes", n, st.Commits, st.Rows)
+	}
+	s.Close()
+	if err := s.Write(context.Background(), ms[0]); !errors.Is(err, ErrClosed) {
+		t.Errorf("Write after Close = %v, want ErrClosed", err)
 	}
 }

@@ -1,6 +1,7 @@
-// Package writes holds the frame of a batch write that the table sinks
-// (Spanner, Bigtable) share: writes refused once the sink is closed, and a
-// batch cut into the fewest requests the service's limits allow.
+// Package writes holds the frame of a batch write that the sinks share:
+// single writes gathered into batches, writes refused once the sink is
+// closed, and a batch cut into the fewest requests the service's limits
+// allow.
 package writes
 
 import (
