@@ -414,6 +414,7 @@ func (e *exporter) setState(err error) {
 	e.stats.mu.Unlock()
 	b, s := e.b, e.s
 	b.mu.Lock()
+	name := s.proto.Name // s.proto is replaced under b.mu, by an update too
 	if s.exporter == e && exportStateOf(s.proto) != st {
 		// An update resets the shown state to ACTIVE, so it is compared
 		// with the proto, not with the last one set. The proto is shared
@@ -427,9 +428,9 @@ func (e *exporter) setState(err error) {
 		return
 	}
 	if err != nil {
-		b.log.Warn("export subscription cannot write; it keeps its messages until it can", "subscription", s.proto.Name, "state", stateName(st), "err", err)
+		b.log.Warn("export subscription cannot write; it keeps its messages until it can", "subscription", name, "state", stateName(st), "err", err)
 	} else {
-		b.log.Info("export subscription writes", "subscription", s.proto.Name)
+		b.log.Info("export subscription writes", "subscription", name)
 	}
 }
 

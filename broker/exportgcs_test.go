@@ -237,6 +237,27 @@ func TestStorageExportNoEndpoint(t *testing.T) {
 	}
 }
 
+// An update right after a create meets the exporter's first check of its
+// destination, which logs the subscription's state: under -race this
+// caught the log reading the subscription unlocked while the update
+// replaced it.
+func TestStorageExportUpdatedWhileChecked(t *testing.T) {
+	tg := startOurs(t, Options{})
+	c := newClient(t, tg.addr)
+	topic := createTopic(t, c)
+	for i := range 30 {
+		sub := createSub(t, c, &pb.Subscription{Topic: topic, AckDeadlineSeconds: 60,
+			CloudStorageConfig: &pb.CloudStorageConfig{Bucket: "some-bucket"}})
+		_, err := c.SubscriptionAdminClient.UpdateSubscription(context.Background(), &pb.UpdateSubscriptionRequest{
+			Subscription: &pb.Subscription{Name: sub.Name, CloudStorageConfig: &pb.CloudStorageConfig{Bucket: "other-bucket"}},
+			UpdateMask:   &fieldmaskpb.FieldMask{Paths: []string{"cloud_storage_config"}}})
+		if err != nil {
+			t.Fatalf("update %d: %v", i, err)
+		}
+		waitStorageState(t, c, sub.Name, pb.CloudStorageConfig_NOT_FOUND)
+	}
+}
+
 func TestStorageConfigChecks(t *testing.T) {
 	c := newClient(t, startOurs(t, Options{}).addr)
 	topic := createTopic(t, c)
