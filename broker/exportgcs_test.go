@@ -152,7 +152,7 @@ func TestStorageExportText(t *testing.T) {
 
 	// A batch under every bound is written once max_duration passes.
 	publish(t, c, topic, &pubsub.Message{Data: []byte("late")})
-	time.Sleep(50 * time.Millisecond) // let the exporter lease it before the clock moves
+	leased(t, tg.ours, sub.Name, 1) // in the batch before the clock moves
 	tg.clock.Advance(time.Minute)
 	_, contents = objects(t, client, bucket, "in/", 2)
 	if got := string(contents[len(contents)-1]) + string(contents[0]); !strings.Contains(got, "late\n") {
@@ -324,14 +324,14 @@ func TestStorageExportRetryKeepsOrder(t *testing.T) {
 		}
 	}
 	p.Stop()
-	time.Sleep(200 * time.Millisecond) // let the exporter lease them before the clock moves
-	tg.clock.Advance(61 * time.Second) // max_duration: the write fails, the batch goes back
+	leased(t, tg.ours, sub(tg, topic), 1) // in the batch before the clock moves
+	tg.clock.Advance(61 * time.Second)    // max_duration: the write fails, the batch goes back
 	waitStorageState(t, c, sub(tg, topic), pb.CloudStorageConfig_NOT_FOUND)
 	if err := client.Bucket(bucket).Create(ctx, "p", nil); err != nil {
 		t.Fatal(err)
 	}
 	waitStorageState(t, c, sub(tg, topic), pb.CloudStorageConfig_ACTIVE)
-	time.Sleep(200 * time.Millisecond)
+	leased(t, tg.ours, sub(tg, topic), 1) // a key's messages are leased in one run
 	tg.clock.Advance(61 * time.Second)
 	_, contents := objects(t, client, bucket, "", 1)
 	if got := string(bytes.Join(contents, nil)); got != want.String() {
@@ -340,6 +340,28 @@ func TestStorageExportRetryKeepsOrder(t *testing.T) {
 }
 
 // sub is the name of the topic's one subscription.
+// leased waits until the exporter of sub holds n messages in its batch
+// (leased to it), so that a move of the clock finds them there.
+func leased(t *testing.T, b *Broker, sub string, n int) {
+	t.Helper()
+	for end := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		b.mu.Lock()
+		got := 0
+		for _, l := range b.subs[sub].leases {
+			if !l.backoff {
+				got++
+			}
+		}
+		b.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("subscription %s: %d messages leased to its exporter, want %d", sub, got, n)
+		}
+	}
+}
+
 func sub(tg target, topic string) string {
 	tg.ours.mu.Lock()
 	defer tg.ours.mu.Unlock()
