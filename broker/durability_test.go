@@ -206,7 +206,16 @@ func TestKill9(t *testing.T) {
 			p.Stop()
 		}()
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// The kill comes once thousands of publishes were acknowledged, with
+	// more under way, however slow the machine.
+	for end := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		n := len(published)
+		mu.Unlock()
+		if n >= 5000 || time.Now().After(end) {
+			break
+		}
+	}
 	kill9(t, cmd)
 	cancel()
 	wg.Wait()
