@@ -193,6 +193,7 @@ func TestIAMREST(t *testing.T) {
 // HTTP 501 UNIMPLEMENTED; TestIAMREST records that without gcloud's
 // seconds per command.)
 func TestIAMGcloud(t *testing.T) {
+	t.Parallel()
 	gcloud := testenv.Tool(t, "gcloud")
 	ours := startOurs(t, Options{})
 	policy := filepath.Join(t.TempDir(), "policy.json")

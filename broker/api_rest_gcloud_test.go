@@ -17,6 +17,7 @@ import (
 // ours, and compares what gcloud prints. gcloud takes seconds per command,
 // so the script is short: it covers what a user does first.
 func TestGcloud(t *testing.T) {
+	t.Parallel()
 	gcloud := testenv.Tool(t, "gcloud")
 	emu := testenv.EmulatorHost(t)
 	ours := startOurs(t, Options{Now: time.Now}) // gcloud's seek takes wall-clock times

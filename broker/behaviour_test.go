@@ -120,6 +120,7 @@ func TestPublishReceiveAttributes(t *testing.T) {
 }
 
 func TestRedeliveryAfterDeadline(t *testing.T) {
+	t.Parallel()
 	// pstest rewrites a redelivered message's ack ID in place, with nothing
 	// ordering that write after the marshalling of the unary Pull response
 	// that carried the message before: the race detector reports it, inside
@@ -236,6 +237,7 @@ func TestDeadLetter(t *testing.T) {
 }
 
 func TestOrdering(t *testing.T) {
+	t.Parallel()
 	forEachTarget(t, []string{"emulator", "pstest"}, func(t *testing.T, tg target) {
 		c := newClient(t, tg.addr)
 		topic := createTopic(t, c)

@@ -13,6 +13,7 @@ import (
 // values the service refuses. No export server is configured, so both
 // show the state NOT_FOUND once their exporters looked.
 func TestGcloudExports(t *testing.T) {
+	t.Parallel()
 	gcloud := testenv.Tool(t, "gcloud")
 	ours := startOurs(t, Options{Now: time.Now})
 	out := runGcloud(t, gcloud, ours.addr, unique("gcloud"), [][]string{

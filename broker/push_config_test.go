@@ -308,6 +308,7 @@ func TestPushConfigKill9(t *testing.T) {
 // at the endpoint at a time, and after a nack it redelivers that message
 // before any later one of its key. The endpoint nacks every message once.
 func TestPushOrdering(t *testing.T) {
+	t.Parallel()
 	forEachTargetWith(t, realClock, []string{"emulator"}, func(t *testing.T, tg target) {
 		c := newClient(t, tg.addr)
 		const keys, perKey = 3, 10

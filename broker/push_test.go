@@ -328,6 +328,7 @@ func TestPushAckProcessing(t *testing.T) {
 // message, after the push backoff, or after the retry policy's backoff when
 // the subscription has one (ours; the emulator ignores the policy).
 func TestPushRedeliveryAfter500(t *testing.T) {
+	t.Parallel()
 	forEachTargetWith(t, realClock, []string{"emulator"}, func(t *testing.T, tg target) {
 		c := newClient(t, tg.addr)
 		failOnce := func(n int, _ pushed) int {
@@ -360,6 +361,7 @@ func TestPushRedeliveryAfter500(t *testing.T) {
 }
 
 func TestPushRedeliveryAfterTimeout(t *testing.T) {
+	t.Parallel()
 	forEachTargetWith(t, realClock, []string{"emulator"}, func(t *testing.T, tg target) {
 		c := newClient(t, tg.addr)
 		e := newEndpoint(t, func(n int, _ pushed) int {
@@ -382,6 +384,7 @@ func TestPushRedeliveryAfterTimeout(t *testing.T) {
 }
 
 func TestPushDeadLetter(t *testing.T) {
+	t.Parallel()
 	forEachTargetWith(t, realClock, []string{"emulator"}, func(t *testing.T, tg target) {
 		c := newClient(t, tg.addr)
 		e := newEndpoint(t, always(http.StatusInternalServerError))

@@ -24,6 +24,7 @@ var emulatorLacks = map[string]bool{"== seek to a snapshot and to a time": true}
 // testdata/python/transcript.txt exactly, the emulator every section it
 // supports.
 func TestPythonClientTour(t *testing.T) {
+	t.Parallel()
 	for _, transport := range []string{"grpc", "rest"} {
 		t.Run(transport, func(t *testing.T) { pythonClientTour(t, transport) })
 	}

@@ -15,6 +15,7 @@ import (
 // and a subscription's UDFs over REST, and what gcloud pulls is transformed;
 // code that does not parse is refused at create.
 func TestTransformGcloud(t *testing.T) {
+	t.Parallel()
 	gcloud := testenv.Tool(t, "gcloud")
 	ours := startOurs(t, Options{Now: time.Now})
 	dir := t.TempDir()
@@ -53,6 +54,7 @@ func TestTransformGcloud(t *testing.T) {
 // invalid code, a message upper-cased, filtered out and failed, and a
 // topic's own transforms tried by name.
 func TestTransformCallsGcloud(t *testing.T) {
+	t.Parallel()
 	gcloud := testenv.Tool(t, "gcloud")
 	ours := startOurs(t, Options{Now: time.Now})
 	dir := t.TempDir()
