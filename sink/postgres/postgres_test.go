@@ -79,6 +79,23 @@ func (e *env) open(t testing.TB, o postgres.Options) *postgres.Sink {
 	return s
 }
 
+// lock holds the table in a transaction that every write waits behind,
+// as a hung server would keep it, until the transaction is rolled back (at
+// the latest when t ends).
+func (e *env) lock(t testing.TB) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := e.admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{e.table}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 func (e *env) count(t testing.TB, where string, args ...any) int {
 	t.Helper()
 	var n int
@@ -465,15 +482,9 @@ func TestStatementTimeout(t *testing.T) {
 	if err := s.Write(ctx, msg("before", "m", "x")); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := e.admin.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{e.table}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.lock(t)
 	start := time.Now()
-	err = s.Write(ctx, msg("blocked", "m", "x"))
+	err := s.Write(ctx, msg("blocked", "m", "x"))
 	if !errors.Is(err, dedup.ErrUnavailable) {
 		t.Fatalf("write to a locked table: %v, want ErrUnavailable", err)
 	}
@@ -505,14 +516,7 @@ func TestWriteBatchDeadline(t *testing.T) {
 	if err := s.Write(ctx, msg("before", "m", "x")); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := e.admin.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{e.table}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
+	tx := e.lock(t)
 	ms := []*sink.Message{msg("a", "1", "x"), msg("b", "2", "x"), msg("c", "3", "x"), msg("d", "4", "x")}
 	errs := make([]error, len(ms))
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
