@@ -272,7 +272,8 @@ benchsmoke() {
 # beside NAME FUNCTION: runs FUNCTION in the background, beside the stages that
 # follow; its output and result come at the end (collect), with its own time.
 # The end-to-end tests and the benchmark smoke run mostly wait on the
-# processes they start, so they run beside the packages' tests.
+# processes they start, and the packages' tests wait on servers and timers
+# once compiled, so these three and vet share the cores.
 beside_names=() beside_pids=() beside_logs=()
 beside() {
   local log="$work/beside-${#beside_pids[@]}.log"
@@ -300,7 +301,7 @@ collect() {
 
 beside "go test: e2e (the binary under kills, failover, outages and a flaky network)" e2e
 beside "benchmark smoke run" benchsmoke
-stage "go vet, staticcheck" vet
+beside "go vet, staticcheck" vet
 stage "go test" unit
 stage "go test: bench" benchtests
 stage "go test: deploy/validate (Kubernetes and compose types, a module of its own)" validate
