@@ -100,14 +100,25 @@ func waitStorageState(t *testing.T, c *pubsub.Client, sub string, want pb.CloudS
 	t.Fatalf("subscription %s: cloud storage state %v, want %v", sub, got, want)
 }
 
-// backlogEmpty fails unless the subscription has nothing left to deliver:
-// every message exported was acknowledged.
+// backlogEmpty waits until the subscription has nothing left to deliver:
+// every message exported was acknowledged. The exporter acknowledges once
+// the destination has confirmed the write, so a test can see the rows or
+// objects a moment before the acks.
 func backlogEmpty(t *testing.T, b *Broker, sub string) {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if s := b.subs[sub]; s.held != 0 {
-		t.Fatalf("subscription %s still holds %d messages after the export", sub, s.held)
+	held := func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.subs[sub].held
+	}
+	for end := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		n := held()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("subscription %s still holds %d messages after the export", sub, n)
+		}
 	}
 }
 
