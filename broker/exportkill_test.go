@@ -51,8 +51,12 @@ func TestStorageExportKill(t *testing.T) {
 	publishSome(c, 1500, 3000)
 	// A last message of max_bytes closes the batch it lands in.
 	publish(t, c, topic, &pubsub.Message{Data: bytes.Repeat([]byte("z"), 10_000)})
-	if !startsWithCheckpoint(t, filepath.Join(dir, logName)) {
-		t.Error("the log was never compacted: the test did not check that exports survive compaction")
+	// Compaction runs beside the writes: wait for one to have ended.
+	for end := time.Now().Add(30 * time.Second); !startsWithCheckpoint(t, filepath.Join(dir, logName)); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Error("the log was never compacted: the test did not check that exports survive compaction")
+			break
+		}
 	}
 
 	seen := map[string]int{}

@@ -105,7 +105,7 @@ func TestUpBinary(t *testing.T) {
 	// Exactly those two: all four were received, two emitted, two dropped
 	// as republished copies.
 	const pipelineSub = `{subscription="projects/dedupflow-demo/subscriptions/topicToDataflow.dedupflow"}`
-	waitMetrics(t, metricsBase, map[string]float64{
+	testenv.WaitMetrics(t, metricsBase, map[string]float64{
 		`dedupflow_received_total`:                                4,
 		`dedupflow_messages_total{outcome="emitted"}`:             2,
 		`dedupflow_messages_total{outcome="duplicate_republish"}`: 2,
@@ -124,25 +124,4 @@ func TestUpBinary(t *testing.T) {
 	if !strings.Contains(up.stderr.String(), "pipeline stopped") {
 		t.Errorf("no clean pipeline stop in the log:\n%s", up.stderr)
 	}
-}
-
-// waitMetrics polls base's /metrics until every series has its value.
-func waitMetrics(t *testing.T, base string, want map[string]float64) {
-	t.Helper()
-	var last map[string]float64
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		var err error
-		if last, err = testenv.Scrape(base); err != nil {
-			t.Fatal(err)
-		}
-		ok := true
-		for series, v := range want {
-			got, found := last[series]
-			ok = ok && found && got == v
-		}
-		if ok {
-			return
-		}
-	}
-	t.Fatalf("metrics never reached %v; last: %v", want, last)
 }

@@ -55,6 +55,29 @@ func Scrape(base string) (map[string]float64, error) {
 	return out, sc.Err()
 }
 
+// WaitMetrics polls base's /metrics until every series in want has its
+// value, and returns that scrape.
+func WaitMetrics(t testing.TB, base string, want map[string]float64) map[string]float64 {
+	t.Helper()
+	var last map[string]float64
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		var err error
+		if last, err = Scrape(base); err != nil {
+			t.Fatal(err)
+		}
+		ok := true
+		for series, v := range want {
+			got, found := last[series]
+			ok = ok && found && got == v
+		}
+		if ok {
+			return last
+		}
+	}
+	t.Fatalf("metrics never reached %v; last: %v", want, last)
+	return nil
+}
+
 // Readyz is the status code of base's /readyz, 0 when it does not answer
 // within 2 s.
 func Readyz(base string) int {
