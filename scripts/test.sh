@@ -23,6 +23,10 @@ cleanup() {
 trap cleanup EXIT
 
 log() { printf '== %s\n' "$*" >&2; }
+# served NAME LOG: the server just started in the background stops with the
+# script; if it stops before, the summary says so and shows the end of LOG.
+servers=()
+served() { pids+=($!); servers+=("$1|$!|$2"); }
 
 # --- install what is missing -------------------------------------------------
 emulator=/usr/lib/google-cloud-sdk/platform/pubsub-emulator/bin/cloud-pubsub-emulator
@@ -74,7 +78,7 @@ waitport() { # host port seconds
 rport=$(freeport)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
   >"$work/redis.log" 2>&1 &
-pids+=($!)
+served "redis" "$work/redis.log"
 waitport 127.0.0.1 "$rport" 20
 export DEDUPFLOW_REDIS_URL="redis://127.0.0.1:$rport/0"
 export DEDUPFLOW_REDIS_SERVER="$(command -v redis-server)"
@@ -98,7 +102,7 @@ log "postgres on $pport"
 # --- Google's official Pub/Sub emulator (the reference peer) -------------------
 eport=$(freeport)
 "$emulator" --host=127.0.0.1 --port="$eport" >"$work/emulator.log" 2>&1 &
-pids+=($!)
+served "pubsub emulator" "$work/emulator.log"
 waitport 127.0.0.1 "$eport" 60
 export DEDUPFLOW_EMULATOR_HOST="127.0.0.1:$eport"
 log "pubsub emulator on $eport"
@@ -108,10 +112,10 @@ log "pubsub emulator on $eport"
 # they start reach the emulators as any Google client does.
 sport=$(freeport)
 "$spanneremu" --host_port "127.0.0.1:$sport" >"$work/spanner.log" 2>&1 &
-pids+=($!)
+served "spanner emulator" "$work/spanner.log"
 bport=$(freeport)
 "$bigtableemu" -host 127.0.0.1 -port "$bport" >"$work/bigtable.log" 2>&1 &
-pids+=($!)
+served "bigtable emulator" "$work/bigtable.log"
 waitport 127.0.0.1 "$sport" 60 && waitport 127.0.0.1 "$bport" 60
 export SPANNER_EMULATOR_HOST="127.0.0.1:$sport" BIGTABLE_EMULATOR_HOST="127.0.0.1:$bport"
 log "spanner emulator on $sport, bigtable emulator on $bport"
@@ -155,7 +159,7 @@ if [ ! -x "$bqemu" ]; then
 fi
 bqrest=$(freeport) bqgrpc=$(freeport)
 "$bqemu" --project=dedupflow --host=127.0.0.1 --port="$bqrest" --grpc-port="$bqgrpc" >"$work/bigquery.log" 2>&1 &
-pids+=($!)
+served "bigquery emulator" "$work/bigquery.log"
 waitport 127.0.0.1 "$bqrest" 60 && waitport 127.0.0.1 "$bqgrpc" 60
 export BIGQUERY_EMULATOR_HOST="127.0.0.1:$bqrest" BIGQUERY_STORAGE_EMULATOR_HOST="127.0.0.1:$bqgrpc"
 export BIGQUERY_EMULATOR_PROJECT=dedupflow
@@ -171,7 +175,7 @@ if [ ! -x "$gcs" ]; then
 fi
 gport=$(freeport)
 "$gcs" -scheme http -host 127.0.0.1 -port "$gport" -backend memory >"$work/gcs.log" 2>&1 &
-pids+=($!)
+served "fake-gcs-server" "$work/gcs.log"
 waitport 127.0.0.1 "$gport" 30
 export DEDUPFLOW_STORAGE_EMULATOR_HOST="http://127.0.0.1:$gport"
 log "fake-gcs-server on $gport"
@@ -311,6 +315,14 @@ stage "fuzz FuzzKeyOf (brief)" fuzz_keyof
 stage "fuzz FuzzJSONKey (brief)" fuzz_jsonkey
 collect
 
+# A server that stopped on its own fails the tests that came after: say which.
+for s in "${servers[@]}"; do
+  IFS='|' read -r name pid file <<<"$s"
+  if ! kill -0 "$pid" 2>/dev/null; then
+    log "$name stopped during the tests; the end of its log:"
+    tail -n 40 "$file" >&2 || true
+  fi
+done
 log "summary"
 printf '%s\n' "${results[@]}" >&2
 if [ "$failures" -gt 0 ]; then
