@@ -48,6 +48,10 @@ type Options struct {
 	// console's own subscription to it, which the live view reads.
 	OutputTopic        pubsubio.Name
 	OutputSubscription pubsubio.Name
+	// Destination, when set, is where the pipeline writes instead of
+	// OutputTopic (a table): the page names it, and says why its live
+	// view stays empty.
+	Destination string
 	// IDAttribute is the pipeline's id attribute: the form's key goes there.
 	// Empty means publisher.DefaultIDAttribute, the one dedupflow publish
 	// stamps.

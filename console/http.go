@@ -94,16 +94,16 @@ func deny(w http.ResponseWriter, _ *http.Request, code int, msg string) {
 }
 
 type pageData struct {
-	Token, Input, Output, PipelineSub, OutputSub, IDAttribute, EventTimeAttribute, Horizon string
-	MaxKey, MaxMessage, MaxCopies                                                          int
-	BrokerPage                                                                             bool
+	Token, Input, Output, Destination, PipelineSub, OutputSub, IDAttribute, EventTimeAttribute, Horizon string
+	MaxKey, MaxMessage, MaxCopies                                                                       int
+	BrokerPage                                                                                          bool
 }
 
 func (c *Console) index(w http.ResponseWriter, r *http.Request, page *template.Template) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store") // the page holds the token
 	err := page.Execute(w, pageData{
-		Token: c.token, Input: c.o.InputTopic.ID, Output: c.o.OutputTopic.ID,
+		Token: c.token, Input: c.o.InputTopic.ID, Output: c.o.OutputTopic.ID, Destination: c.o.Destination,
 		PipelineSub: c.o.PipelineSubscription.ID, OutputSub: c.o.OutputSubscription.ID,
 		IDAttribute: c.o.IDAttribute, EventTimeAttribute: c.o.EventTimeAttribute,
 		Horizon: advice.Short(c.o.Horizon), MaxKey: limits.AttributeValueBytes, MaxMessage: maxMessageBytes, MaxCopies: maxCopies,

@@ -39,6 +39,8 @@ const (
 	upPipelineSub  = "topicToDataflow.dedupflow"
 	upConsoleSub   = "topicFromDataflow.console"
 	upBigQuerySub  = "topicFromDataflow.bigquery"
+	upDeadLetters  = "deadLetters"
+	upDeadLetSub   = "deadLetters.subscription"
 	upDefaultProj  = "dedupflow-demo"
 	upShutdownWait = 5 * time.Second
 )
@@ -80,6 +82,10 @@ func (u *upFlags) config() (upConfig, error) {
 	// new messages for redeliveries of old ones.
 	j.state = "mem"
 	j.names.inSub = upPipelineSub
+	// A message the pipeline cannot use (a malformed timestamp, a row its
+	// table refuses) goes aside with the reason, as it should in
+	// production, instead of coming back for ever.
+	j.names.deadLetter = upDeadLetters
 	if j.sink.spec == sinkPubSub {
 		j.names.outTopic = upOutputTopic
 	}
@@ -199,6 +205,7 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 		PipelineSubscription: n.pipelineSub,
 		OutputTopic:          n.out,
 		OutputSubscription:   n.consoleSub,
+		Destination:          u.destination(),
 		IDAttribute:          u.job.pipeline.IDAttribute,
 		EventTimeAttribute:   u.job.pipeline.TimestampAttribute,
 		Horizon:              u.job.pipeline.Horizon,
@@ -235,12 +242,7 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 			pmu.Lock()
 			p = pp
 			pmu.Unlock()
-			banner.Do(func() {
-				printBanner(stdout, consoleURL, brokerAddr, u.job.project, u.job.pipeline.IDAttribute)
-				if u.job.sink.kind != sinkPubSub {
-					fmt.Fprintf(stdout, "Survivors go to %s of --sink %s, not to %s.\n", u.job.outputLabel(), sinkLabel(u.job.sink.url), upOutputTopic)
-				}
-			})
+			banner.Do(func() { u.printBanner(stdout, consoleURL, brokerAddr) })
 		})
 		if e == nil && gctx.Err() == nil {
 			e = errors.New("pipeline stopped unexpectedly")
@@ -255,7 +257,10 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 	return err
 }
 
-type upNames struct{ in, out, consumerSub, pipelineSub, consoleSub pubsubio.Name }
+type upNames struct {
+	in, out, consumerSub, pipelineSub, consoleSub pubsubio.Name
+	deadLetters, deadLetSub                       pubsubio.Name
+}
 
 // createResources creates the tutorial's topics and subscription, the
 // pipeline's subscription and the console's.
@@ -269,8 +274,10 @@ func (u *upConfig) createResources(ctx context.Context, c *pubsub.Client) (upNam
 		consumerSub: pubsubio.Name{Project: proj, Kind: "subscriptions", ID: upConsumerSub},
 		pipelineSub: pubsubio.Name{Project: proj, Kind: "subscriptions", ID: upPipelineSub},
 		consoleSub:  pubsubio.Name{Project: proj, Kind: "subscriptions", ID: upConsoleSub},
+		deadLetters: pubsubio.Name{Project: proj, Kind: "topics", ID: upDeadLetters},
+		deadLetSub:  pubsubio.Name{Project: proj, Kind: "subscriptions", ID: upDeadLetSub},
 	}
-	for _, t := range []pubsubio.Name{n.in, n.out} {
+	for _, t := range []pubsubio.Name{n.in, n.out, n.deadLetters} {
 		if err := pubsubio.EnsureTopic(ctx, c, t); err != nil {
 			return n, err
 		}
@@ -293,6 +300,10 @@ func (u *upConfig) createResources(ctx context.Context, c *pubsub.Client) (upNam
 	if err := pubsubio.EnsureSubscription(ctx, c, n.consoleSub, n.out, 10); err != nil {
 		return n, err
 	}
+	// A topic without a subscription drops what is published to it.
+	if err := pubsubio.EnsureSubscription(ctx, c, n.deadLetSub, n.deadLetters, 10); err != nil {
+		return n, err
+	}
 	if u.bigqueryTable != "" {
 		bq := pubsubio.Name{Project: proj, Kind: "subscriptions", ID: upBigQuerySub}
 		_, err := c.SubscriptionAdminClient.CreateSubscription(ctx, &pubsubpb.Subscription{
@@ -306,13 +317,30 @@ func (u *upConfig) createResources(ctx context.Context, c *pubsub.Client) (upNam
 	return n, nil
 }
 
+// destination is where survivors go, as the banner and the console name
+// it: the tutorial's output topic, or the table of --sink.
+func (u *upConfig) destination() string {
+	if u.job.sink.kind == sinkPubSub {
+		return ""
+	}
+	return u.job.outputLabel() + " of --sink " + sinkLabel(u.job.sink.url)
+}
+
 // printBanner says where everything is. Its publish command names the id
 // attribute only when up was given another than the one publish stamps by
 // default.
-func printBanner(w io.Writer, consoleURL, brokerAddr, project, idAttr string) {
+func (u *upConfig) printBanner(w io.Writer, consoleURL, brokerAddr string) {
+	project, idAttr := u.job.project, u.job.pipeline.IDAttribute
 	idFlag := ""
 	if idAttr != publisher.DefaultIDAttribute {
 		idFlag = " --id-attribute " + shellWord(idAttr)
+	}
+	out, read := upOutputTopic, fmt.Sprintf(`  Read what comes through, as the tutorial's app does:
+    dedupflow subscribe --project %s --subscription %s
+`, project, upConsumerSub)
+	if dest := u.destination(); dest != "" {
+		out = u.job.outputLabel()
+		read = fmt.Sprintf("  Survivors go to %s;\n  nothing reaches %s.\n", dest, upOutputTopic)
 	}
 	fmt.Fprintf(w, `dedupflow is up: %s -> dedup pipeline -> %s
 
@@ -326,13 +354,14 @@ func printBanner(w io.Writer, consoleURL, brokerAddr, project, idAttr string) {
   responses (the pipeline dedups on attribute %s):
     dedupflow publish --project %s --topic %s%s --key 456 --copies 3 --data 'Message 2'
 
-  Read what comes through, as the tutorial's app does:
+%s
+  Messages the pipeline cannot use go to %s, with the reason:
     dedupflow subscribe --project %s --subscription %s
 
 Press Ctrl-C to stop.
-`, upInputTopic, upOutputTopic, consoleURL, brokerAddr, project, brokerAddr, brokerAddr,
-		idAttr, project, upInputTopic, idFlag,
-		project, upConsumerSub)
+`, upInputTopic, out, consoleURL, brokerAddr, project, brokerAddr, brokerAddr,
+		idAttr, project, upInputTopic, idFlag, read,
+		upDeadLetters, project, upDeadLetSub)
 }
 
 // shellWord quotes s for a POSIX shell unless it is a plain word.
