@@ -26,6 +26,7 @@ import (
 	"github.com/dedupflow/dedupflow/console"
 	"github.com/dedupflow/dedupflow/console/brokerpage"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/bigquery"
 	"github.com/dedupflow/dedupflow/pipeline"
 	"github.com/dedupflow/dedupflow/publisher"
 	"github.com/dedupflow/dedupflow/pubsubio"
@@ -71,11 +72,24 @@ func (u *upFlags) register(fs *flag.FlagSet) {
 		" fills with the deduped messages (columns data, subscription_name, message_id, publish_time, attributes), through the BigQuery emulator at $BIGQUERY_EMULATOR_HOST and $BIGQUERY_STORAGE_EMULATOR_HOST (empty: none)")
 }
 
-// config fixes what up decides itself and checks the rest.
-func (u *upFlags) config() (upConfig, error) {
+// config fixes what up decides itself and checks the rest; getenv
+// reads where the broker's export destinations are.
+func (u *upFlags) config(getenv func(string) string) (upConfig, error) {
 	j := &u.job
 	if j.key.idAttr == "" {
 		return upConfig{}, errors.New("--id-attribute must not be empty: the console publishes the form's key in it")
+	}
+	exports := broker.ExportOptionsFromEnv(getenv)
+	if u.bigqueryTable != "" {
+		// The subscription would only show NOT_FOUND: up has no Google
+		// Cloud to fall back on.
+		if !exports.BigQuery.Emulated() {
+			return upConfig{}, fmt.Errorf("--bigquery-table needs the BigQuery emulator: set $%s and $%s to its HTTP and gRPC ports",
+				bigquery.EnvREST, bigquery.EnvStorage)
+		}
+		if err := exports.BigQuery.Check(); err != nil {
+			return upConfig{}, fmt.Errorf("--bigquery-table: %w", err)
+		}
 	}
 	// Everything lives in memory, the horizon too: the broker's message IDs
 	// start again with each run, so a horizon kept across runs would take
@@ -91,7 +105,7 @@ func (u *upFlags) config() (upConfig, error) {
 	}
 	j.key.missing, j.maxOutstanding, j.maxBytes = "fallback", 1000, defaultMaxBytes
 	cfg, err := j.config()
-	return upConfig{job: cfg, brokerAddr: u.brokerAddr, consoleAddr: u.consoleAddr, bigqueryTable: u.bigqueryTable}, err
+	return upConfig{job: cfg, brokerAddr: u.brokerAddr, consoleAddr: u.consoleAddr, bigqueryTable: u.bigqueryTable, exports: exports}, err
 }
 
 // upConfig is a checked `dedupflow up`.
@@ -100,6 +114,7 @@ type upConfig struct {
 	brokerAddr    string
 	consoleAddr   string
 	bigqueryTable string
+	exports       broker.ExportOptions
 }
 
 // The tutorial that up runs, as Google Cloud published it.
@@ -136,7 +151,7 @@ func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// Check every flag before anything starts listening.
 	u.job.given = given(fs)
-	cfg, err := u.config()
+	cfg, err := u.config(os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -159,7 +174,7 @@ func (u *upConfig) run(ctx context.Context, log *slog.Logger, stdout io.Writer) 
 		return fmt.Errorf("--console-addr %s: %w", u.consoleAddr, err)
 	}
 	defer ln.Close() // for the early returns; Serve closes it otherwise
-	b, err := broker.New(broker.Options{Logger: log.With("component", "broker"), Exports: broker.ExportOptionsFromEnv(os.Getenv)})
+	b, err := broker.New(broker.Options{Logger: log.With("component", "broker"), Exports: u.exports})
 	if err != nil {
 		return err
 	}

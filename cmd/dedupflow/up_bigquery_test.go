@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +63,26 @@ func TestUpBigQuery(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%s = %d, want the deduped message once", q, n)
+	}
+}
+
+// TestUpBigQueryNeedsEmulator: up has no Google Cloud behind it, so
+// --bigquery-table without the emulator's addresses is refused before
+// anything listens, not left to a subscription that only shows NOT_FOUND.
+func TestUpBigQueryNeedsEmulator(t *testing.T) {
+	for _, tc := range []struct{ rest, storage, want string }{
+		{"", "", "--bigquery-table needs the BigQuery emulator: set $BIGQUERY_EMULATOR_HOST and $BIGQUERY_STORAGE_EMULATOR_HOST"},
+		{"127.0.0.1:1", "", "--bigquery-table: $BIGQUERY_EMULATOR_HOST is set but $BIGQUERY_STORAGE_EMULATOR_HOST is not"},
+	} {
+		t.Setenv(bigquery.EnvREST, tc.rest)
+		t.Setenv(bigquery.EnvStorage, tc.storage)
+		var stdout, stderr testenv.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := run(ctx, []string{"up", "--broker-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0", "--metrics-addr", "",
+			"--bigquery-table", "p.ds.t"}, &stdout, &stderr)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s=%q %s=%q: error %v, want one containing %q", bigquery.EnvREST, tc.rest, bigquery.EnvStorage, tc.storage, err, tc.want)
+		}
 	}
 }

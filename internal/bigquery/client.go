@@ -53,7 +53,8 @@ func EndpointsFromEnv() Endpoints {
 // Emulated reports whether the endpoints name an emulator.
 func (e Endpoints) Emulated() bool { return e.REST != "" || e.Storage != "" }
 
-func (e Endpoints) check() error {
+// Check refuses endpoints of which only one is set.
+func (e Endpoints) Check() error {
 	switch {
 	case e.REST != "" && e.Storage == "":
 		return fmt.Errorf("$%s is set but $%s is not: appends go to the emulator's gRPC Storage API port", EnvREST, EnvStorage)
@@ -78,7 +79,7 @@ func Open(ctx context.Context, project string, e Endpoints) (*Client, error) {
 	if project == "" {
 		return nil, errors.New("no project")
 	}
-	if err := e.check(); err != nil {
+	if err := e.Check(); err != nil {
 		return nil, err
 	}
 	var rest, grpcOpts []option.ClientOption
