@@ -76,6 +76,10 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := dedup.CheckKey(key); err != nil {
 		return fmt.Errorf("--key %s: %w", logfmt(key), err)
 	}
+	// The library would name its field (Key), not the flags the user typed.
+	if v, ok := attrs[idAttr]; ok && key != "" && v != key {
+		return fmt.Errorf("%w: --key %q but --attr %s=%q: give the key once", publisher.ErrKeyConflict, key, idAttr, v)
+	}
 	body := []byte(data)
 	if set["file"] {
 		if body, err = os.ReadFile(file); err != nil {
