@@ -41,7 +41,8 @@ func runAdvise(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	mfs, err := metricpage.Families(ctx, http.DefaultClient, u.String())
 	if err != nil {
-		return err
+		// The console's address is the one a user of up knows, and the wrong one.
+		return fmt.Errorf("%w; --metrics wants the pipeline's --metrics-addr (default 127.0.0.1:9464), not the console's address", err)
 	}
 	a := advice.From(mfs, time.Now())
 	if asJSON {
