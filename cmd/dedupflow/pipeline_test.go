@@ -49,6 +49,8 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 		{[]string{"--output-topic", "out", "--fields", "a"}, "--fields applies to table sinks only, not --sink pubsub"},
 		{[]string{"--sink", "bigquery://p/d", "--on-conflict", "update"}, "--on-conflict applies to --sink postgres only, not --sink bigquery (it appends each key once, the first write kept)"},
 		{[]string{"--sink", "bigquery://p/d", "--metadata-columns", "key,bogus"}, `--metadata-columns: unknown metadata column "bogus"`},
+		{[]string{"--sink", "bigquery://dedupflow/ncshop", "--table", "dedupflow.ncshop.orders"}, "--table dedupflow.ncshop.orders: --table takes a table ID, not PROJECT.DATASET.TABLE (the project and dataset are --sink's): give --sink bigquery://dedupflow/ncshop --table orders"},
+		{[]string{"--sink", "bigquery://p/d", "--table", "other.orders"}, "give --sink bigquery://p/other --table orders"},
 		{[]string{"--sink", "spanner://projects/p/databases/d"}, "want spanner://projects/P/instances/I/databases/D"},
 		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--on-conflict", "update"}, "--on-conflict applies to --sink postgres only, not --sink spanner"},
 		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--metadata-columns", "key,bogus"}, `--metadata-columns: unknown metadata column "bogus"`},
