@@ -135,7 +135,7 @@ func Open(ctx context.Context, url string, o Options) (*Sink, error) {
 	o.defaults()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("postgres sink: cannot parse the connection URL%s (want postgres://user:password@host:port/db?...)", parseProblem(err))
+		return nil, fmt.Errorf("postgres sink: cannot parse the connection URL%s (want postgres://user@host:port/db?...)", parseProblem(err))
 	}
 	if cfg.MaxConns < int32(o.Flushers) {
 		cfg.MaxConns = int32(o.Flushers)
