@@ -16,12 +16,13 @@ import (
 )
 
 // runAdvise prints horizon advice from a running pipeline's metrics.
-func runAdvise(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runAdvise(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var (
 		metrics string
 		asJSON  bool
 	)
 	fs := newFlags("advise", stderr)
+	defer func() { err = envNamed(fs, err) }()
 	fs.StringVar(&metrics, "metrics", "http://127.0.0.1:9464/metrics", "the /metrics URL of a running dedupflow pipeline (its --metrics-addr)")
 	fs.BoolVar(&asJSON, "json", false, "print the advice and its basis as JSON")
 	fs.Usage = func() {
@@ -41,7 +42,8 @@ func runAdvise(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	mfs, err := metricpage.Families(ctx, http.DefaultClient, u.String())
 	if err != nil {
-		return err
+		// The console's address is the one a user of up knows, and the wrong one.
+		return fmt.Errorf("%w; --metrics wants the pipeline's --metrics-addr (default 127.0.0.1:9464), not the console's address", err)
 	}
 	a := advice.From(mfs, time.Now())
 	if asJSON {

@@ -93,4 +93,11 @@ func TestAdvise(t *testing.T) {
 	if err := runAdvise(t.Context(), []string{"--metrics", "ftp://x"}, &out, &errs); err == nil || !strings.Contains(err.Error(), "http://") {
 		t.Errorf("a non-http URL: %v", err)
 	}
+	// The console's address, which serves no /metrics, is named as not it.
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(notFound.Close)
+	if err := runAdvise(t.Context(), []string{"--metrics", notFound.URL + "/"}, &out, &errs); err == nil ||
+		!strings.Contains(err.Error(), "404 Not Found") || !strings.Contains(err.Error(), "--metrics-addr (default 127.0.0.1:9464), not the console") {
+		t.Errorf("a server without /metrics: %v", err)
+	}
 }

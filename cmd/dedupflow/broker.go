@@ -129,9 +129,10 @@ func appendNew(have []*pb.Topic, more ...*pb.Topic) []*pb.Topic {
 
 // runBroker serves a Pub/Sub-compatible broker until ctx is cancelled
 // (SIGINT/SIGTERM), then shuts it down gracefully.
-func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runBroker(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var cfg brokerConfig
 	fs := newFlags("broker", stderr)
+	defer func() { err = envNamed(fs, err) }()
 	cfg.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: dedupflow broker [--listen host:port] [--data-dir DIR] [--no-sync] [-v] [--allow-host NAME]... [--console host:port]")

@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,11 +60,85 @@ func parse(fs *flag.FlagSet, args []string) error {
 		if v, ok := os.LookupEnv(env); ok {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", env, v, e)
+				return
 			}
+			f.Value = fromEnv{f.Value}
 		}
 	})
 	return err
 }
+
+// fromEnv marks a flag that parse set from its environment variable, for
+// envNamed.
+type fromEnv struct{ flag.Value }
+
+// flagRef is a flag as the commands' errors write it.
+var flagRef = regexp.MustCompile(`--[a-z0-9][a-z0-9-]*`)
+
+// envNamed is err with each flag it speaks of that was set from the
+// environment named as that variable instead: the user set
+// DEDUPFLOW_ON_CONFLICT, not --on-conflict, and has to know which to fix.
+// A flag is spoken of where it is followed by a colon or its value ("--sink
+// stdout"), not where it is named in general ("applies to --sink postgres
+// only"). Every command returns its errors through it, as parse names the
+// variable of a value no flag takes.
+func envNamed(fs *flag.FlagSet, err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	var b strings.Builder
+	last := 0
+	for _, m := range flagRef.FindAllStringIndex(msg, -1) {
+		f := fs.Lookup(msg[m[0]+2 : m[1]])
+		if f == nil {
+			continue
+		}
+		if _, ok := f.Value.(fromEnv); !ok || !speaksOf(msg[m[1]:], f.Value.String()) {
+			continue
+		}
+		b.WriteString(msg[last:m[0]])
+		b.WriteString(envName(f.Name))
+		last = m[1]
+	}
+	if last == 0 {
+		return err
+	}
+	b.WriteString(msg[last:])
+	return &renamed{err: err, msg: b.String()}
+}
+
+// valueChars are the characters that would make a value go on: "--sink
+// postgres" is not about a value "post".
+const valueChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./@"
+
+// speaksOf reports whether rest, what follows a flag in an error, makes it
+// about the flag's value: a colon, or the value, quoted or with its
+// password masked.
+func speaksOf(rest, value string) bool {
+	if strings.HasPrefix(rest, ":") {
+		return true
+	}
+	if value == "" {
+		return false
+	}
+	for _, v := range []string{value, strconv.Quote(value), redact.Text(value)} {
+		if after, ok := strings.CutPrefix(rest, " "+v); ok && (after == "" || !strings.ContainsRune(valueChars, rune(after[0]))) {
+			return true
+		}
+	}
+	return false
+}
+
+// renamed is an error with another message; errors.Is and errors.As still
+// see the original.
+type renamed struct {
+	err error
+	msg string
+}
+
+func (r *renamed) Error() string { return r.msg }
+func (r *renamed) Unwrap() error { return r.err }
 
 // given reports which flags were set, on the command line or from the
 // environment.

@@ -40,7 +40,7 @@ const (
 	attrRedeliver = "dedupflow_redeliver"
 )
 
-func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var (
 		project, topicName, idAttr, tsAttr, progressMode string
 		cfg                                              loadPlanConfig
@@ -50,6 +50,7 @@ func runLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		lf                                               logFlags
 	)
 	fs := newFlags("loadgen", stderr)
+	defer func() { err = envNamed(fs, err) }()
 	fs.StringVar(&project, "project", "", "Google Cloud project of a short topic ID")
 	fs.StringVar(&topicName, "topic", "", "topic to publish to (ID or projects/P/topics/T)")
 	fs.IntVar(&cfg.count, "count", 0, "logical events to publish")

@@ -21,12 +21,13 @@ import (
 	"github.com/dedupflow/dedupflow/sink/topic"
 )
 
-func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var (
 		j  jobFlags
 		lf logFlags
 	)
 	fs := newFlags("pipeline", stderr)
+	defer func() { err = envNamed(fs, err) }()
 	j.register(fs)
 	lf.register(fs)
 	fs.Usage = func() {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -49,6 +50,8 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 		{[]string{"--output-topic", "out", "--fields", "a"}, "--fields applies to table sinks only, not --sink pubsub"},
 		{[]string{"--sink", "bigquery://p/d", "--on-conflict", "update"}, "--on-conflict applies to --sink postgres only, not --sink bigquery (it appends each key once, the first write kept)"},
 		{[]string{"--sink", "bigquery://p/d", "--metadata-columns", "key,bogus"}, `--metadata-columns: unknown metadata column "bogus"`},
+		{[]string{"--sink", "bigquery://dedupflow/ncshop", "--table", "dedupflow.ncshop.orders"}, "--table dedupflow.ncshop.orders: --table takes a table ID, not PROJECT.DATASET.TABLE (the project and dataset are --sink's): give --sink bigquery://dedupflow/ncshop --table orders"},
+		{[]string{"--sink", "bigquery://p/d", "--table", "other.orders"}, "give --sink bigquery://p/other --table orders"},
 		{[]string{"--sink", "spanner://projects/p/databases/d"}, "want spanner://projects/P/instances/I/databases/D"},
 		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--on-conflict", "update"}, "--on-conflict applies to --sink postgres only, not --sink spanner"},
 		{[]string{"--sink", "spanner://projects/p/instances/i/databases/d", "--metadata-columns", "key,bogus"}, `--metadata-columns: unknown metadata column "bogus"`},
@@ -94,6 +97,37 @@ func TestPipelineFlagsBeforeConnecting(t *testing.T) {
 	err := run(context.Background(), append(base, "--sink", "stdout"), &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "connect to pubsub") {
 		t.Fatalf("good flags without credentials: %v, want a connection error", err)
+	}
+}
+
+// TestFlagFromEnvNamed: a flag set from its DEDUPFLOW_* variable is named
+// as that variable in an error about it, whichever check finds it, as a
+// value the flag does not take is; given on the command line it stays
+// the flag.
+func TestFlagFromEnvNamed(t *testing.T) {
+	t.Setenv("PUBSUB_EMULATOR_HOST", "")
+	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", filepath.Join(t.TempDir(), "none.json"))
+	pipe := []string{"pipeline", "--project", "proj", "--input-subscription", "sub", "--metrics-addr", ""}
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"DEDUPFLOW_ON_CONFLICT=upsert", append(pipe, "--sink", "postgres://u@db/x"),
+			`DEDUPFLOW_ON_CONFLICT: unknown on-conflict action "upsert": want nothing or update`},
+		{"DEDUPFLOW_RECEIVER=fast", append(pipe, "--sink", "stdout"), `unknown DEDUPFLOW_RECEIVER "fast"`},
+		{"DEDUPFLOW_SINK=stdout", append(pipe, "--on-conflict", "update"), "--on-conflict applies to --sink postgres only, not DEDUPFLOW_SINK stdout"},
+		{"DEDUPFLOW_HORIZON=5minutes", append(pipe, "--sink", "stdout"), `DEDUPFLOW_HORIZON="5minutes"`},
+		{"DEDUPFLOW_COPIES=0", []string{"publish", "--project", "proj", "--topic", "t", "--data", "x"}, "DEDUPFLOW_COPIES 0 must be at least 1"},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			name, value, _ := strings.Cut(tc.env, "=")
+			t.Setenv(name, value)
+			err := run(t.Context(), tc.args, io.Discard, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one saying %q", err, tc.want)
+			}
+		})
 	}
 }
 

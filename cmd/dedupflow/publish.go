@@ -23,7 +23,7 @@ import (
 // stable key, and with --copies N publishes it N times as separate messages
 // with that one key — acting out a producer whose retry followed a lost
 // response, which is the duplicate a dedup pipeline must drop.
-func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var (
 		project, topicName, data, file, key, idAttr, tsAttr string
 		copies, maxAttempts                                 int
@@ -31,6 +31,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		lf                                                  logFlags
 	)
 	fs := newFlags("publish", stderr)
+	defer func() { err = envNamed(fs, err) }()
 	fs.StringVar(&project, "project", "", "Google Cloud project of a short topic ID")
 	fs.StringVar(&topicName, "topic", "", "topic to publish to (ID or projects/P/topics/T)")
 	fs.StringVar(&data, "data", "", "message data, as text")
@@ -75,6 +76,10 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// here, before it is published.
 	if err := dedup.CheckKey(key); err != nil {
 		return fmt.Errorf("--key %s: %w", logfmt(key), err)
+	}
+	// The library would name its field (Key), not the flags the user typed.
+	if v, ok := attrs[idAttr]; ok && key != "" && v != key {
+		return fmt.Errorf("%w: --key %q but --attr %s=%q: give the key once", publisher.ErrKeyConflict, key, idAttr, v)
 	}
 	body := []byte(data)
 	if set["file"] {

@@ -121,7 +121,7 @@ func TestPublishBadInput(t *testing.T) {
 		{"key too long", []string{"--data", "x", "--key", strings.Repeat("k", 1025)}, "key too long"},
 		{"empty message", []string{"--data", ""}, "empty message"},
 		{"non-UTF-8 attribute", []string{"--data", "x", "--attr", "a=\xff"}, "not valid UTF-8"},
-		{"two keys", []string{"--data", "x", "--key", "a", "--attr", "key=b"}, "conflicting key"},
+		{"two keys", []string{"--data", "x", "--key", "a", "--attr", "key=b"}, `conflicting key: --key "a" but --attr key="b"`},
 		{"positional", []string{"--data", "x", "extra"}, `unexpected argument "extra"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

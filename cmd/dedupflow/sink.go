@@ -172,6 +172,8 @@ func (j *jobFlags) checkColumns(s *sinkSpec) error {
 		return fmt.Errorf("--on-conflict applies to --sink postgres only, not --sink %s (%s)", s.kind, how)
 	case s.table == "":
 		return fmt.Errorf("--sink %s needs --table", s.kind)
+	case s.kind == sinkBigQuery && strings.Contains(s.table, "."):
+		return dottedBigQueryTable(s.url, s.table)
 	}
 	key := cmp.Or(j.key.outIDAttr, j.key.idAttr, pipeline.DefaultIDAttribute)
 	var err error
@@ -192,4 +194,21 @@ func (j *jobFlags) checkColumns(s *sinkSpec) error {
 		return fmt.Errorf("--row-key: %w", err)
 	}
 	return nil
+}
+
+// dottedBigQueryTable refuses a --table that names its project and dataset
+// too (up's --bigquery-table form): the sink would look for the table
+// PROJECT.DATASET.PROJECT.DATASET.TABLE. BigQuery table IDs hold no dots,
+// so no table is refused that could exist.
+func dottedBigQueryTable(sinkURL, table string) error {
+	project, dataset, _ := bigquery.ParseURL(sinkURL) // checked by sinkKind
+	parts := strings.Split(table, ".")
+	switch len(parts) {
+	case 3:
+		project, dataset = parts[0], parts[1]
+	case 2:
+		dataset = parts[0]
+	}
+	return fmt.Errorf("--table %s: --table takes a table ID, not PROJECT.DATASET.TABLE (the project and dataset are --sink's): give --sink bigquery://%s/%s --table %s",
+		table, project, dataset, parts[len(parts)-1])
 }

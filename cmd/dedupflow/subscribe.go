@@ -19,7 +19,7 @@ import (
 
 // runSubscribe is the tutorial's consumer app: it prints every message of a
 // subscription and acks it.
-func runSubscribe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runSubscribe(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var (
 		project, subName string
 		asJSON           bool
@@ -27,6 +27,7 @@ func runSubscribe(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		lf               logFlags
 	)
 	fs := newFlags("subscribe", stderr)
+	defer func() { err = envNamed(fs, err) }()
 	fs.StringVar(&project, "project", "", "Google Cloud project of a short subscription ID")
 	fs.StringVar(&subName, "subscription", "", "subscription to read (ID or projects/P/subscriptions/S)")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON object per message: data, attributes, message ID, publish time")

@@ -56,3 +56,22 @@ func TestRefusedIsFatal(t *testing.T) {
 		t.Fatalf("open with a role the server refuses: %v, want dedup.ErrFatal", err)
 	}
 }
+
+// A connection URL that does not parse is refused naming what is wrong in
+// it, and never with its password, even one pgx's masking misses (a raw
+// '/' in it).
+func TestOpenBadURLSaysWhatIsWrong(t *testing.T) {
+	const pw = "s3cretPW"
+	for _, tc := range []struct{ url, want string }{
+		{"postgres://u:" + pw + "@127.0.0.1:notaport/db", "invalid port"},
+		{"postgres://u:" + pw + "@127.0.0.1/db?sslmode=bogus", "sslmode is invalid"},
+		{"postgres://u:" + pw + "%zz@127.0.0.1/db", "invalid percent-encoded token in password"},
+		{"postgres://u:" + pw + "/x@127.0.0.1:5432/db", "invalid port"},
+		{"host=127.0.0.1 password=" + pw + " port=notaport", "invalid port"},
+	} {
+		_, err := postgres.Open(context.Background(), tc.url, postgres.Options{})
+		if err == nil || !strings.Contains(err.Error(), "cannot parse the connection URL: ") || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), pw) {
+			t.Errorf("open %s: %v, want it to say %q and not the password", tc.url, err, tc.want)
+		}
+	}
+}

@@ -11,6 +11,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/dedupflow/dedupflow/sink"
@@ -133,8 +135,7 @@ func Open(ctx context.Context, url string, o Options) (*Sink, error) {
 	o.defaults()
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		// The parse error quotes the URL, password included: say less.
-		return nil, fmt.Errorf("postgres sink: cannot parse the connection URL (want postgres://user@host:port/db?...)")
+		return nil, fmt.Errorf("postgres sink: cannot parse the connection URL%s (want postgres://user@host:port/db?...)", parseProblem(err))
 	}
 	if cfg.MaxConns < int32(o.Flushers) {
 		cfg.MaxConns = int32(o.Flushers)
@@ -150,6 +151,24 @@ func Open(ctx context.Context, url string, o Options) (*Sink, error) {
 	}
 	s.ownPool = true
 	return s, nil
+}
+
+// parseProblem is what pgx found wrong in a connection string (": invalid
+// port"), without the string: pgx masks its password on a best-effort
+// basis only, which a malformed URL can defeat. The prefix pgx writes
+// before the problem is made again from the same string, so it is cut
+// exactly whatever the string holds.
+func parseProblem(err error) string {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return ""
+	}
+	prefix := pgconn.NewParseConfigError(pe.ConnString, "", nil).Error()
+	problem, ok := strings.CutPrefix(pe.Error(), prefix)
+	if !ok || problem == "" {
+		return ""
+	}
+	return ": " + problem
 }
 
 // New is Open over a pool the caller owns (and closes after the sink).
