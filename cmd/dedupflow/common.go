@@ -7,9 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -72,73 +70,42 @@ func parse(fs *flag.FlagSet, args []string) error {
 // envNamed.
 type fromEnv struct{ flag.Value }
 
-// flagRef is a flag as the commands' errors write it.
-var flagRef = regexp.MustCompile(`--[a-z0-9][a-z0-9-]*`)
-
-// envNamed is err with each flag it speaks of that was set from the
-// environment named as that variable instead: the user set
-// DEDUPFLOW_ON_CONFLICT, not --on-conflict, and has to know which to fix.
-// A flag is spoken of where it is followed by a colon or its value ("--sink
-// stdout"), not where it is named in general ("applies to --sink postgres
-// only"). Every command returns its errors through it, as parse names the
-// variable of a value no flag takes.
+// envNamed adds to err which of the flags it names took their values from
+// DEDUPFLOW_* variables: a user who set DEDUPFLOW_ON_CONFLICT looks for
+// that, not for --on-conflict. Every command returns its errors through it.
 func envNamed(fs *flag.FlagSet, err error) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
-	var b strings.Builder
-	last := 0
-	for _, m := range flagRef.FindAllStringIndex(msg, -1) {
-		f := fs.Lookup(msg[m[0]+2 : m[1]])
-		if f == nil {
-			continue
+	var from []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, ok := f.Value.(fromEnv); ok && names(msg, "--"+f.Name) {
+			from = append(from, "--"+f.Name+" is $"+envName(f.Name))
 		}
-		if _, ok := f.Value.(fromEnv); !ok || !speaksOf(msg[m[1]:], f.Value.String()) {
-			continue
-		}
-		b.WriteString(msg[last:m[0]])
-		b.WriteString(envName(f.Name))
-		last = m[1]
-	}
-	if last == 0 {
+	})
+	if len(from) == 0 {
 		return err
 	}
-	b.WriteString(msg[last:])
-	return &renamed{err: err, msg: b.String()}
+	return fmt.Errorf("%w (%s)", err, strings.Join(from, ", "))
 }
 
-// valueChars are the characters that would make a value go on: "--sink
-// postgres" is not about a value "post".
-const valueChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./@"
-
-// speaksOf reports whether rest, what follows a flag in an error, makes it
-// about the flag's value: a colon, or the value, quoted or with its
-// password masked.
-func speaksOf(rest, value string) bool {
-	if strings.HasPrefix(rest, ":") {
-		return true
-	}
-	if value == "" {
-		return false
-	}
-	for _, v := range []string{value, strconv.Quote(value), redact.Text(value)} {
-		if after, ok := strings.CutPrefix(rest, " "+v); ok && (after == "" || !strings.ContainsRune(valueChars, rune(after[0]))) {
+// names reports whether msg speaks of flag, and not only of a longer one
+// that begins with it (--sink, not --sink-timeout).
+func names(msg, flag string) bool {
+	for i := strings.Index(msg, flag); i >= 0; {
+		end := i + len(flag)
+		if end == len(msg) || !strings.ContainsRune("abcdefghijklmnopqrstuvwxyz0123456789-", rune(msg[end])) {
 			return true
 		}
+		j := strings.Index(msg[end:], flag)
+		if j < 0 {
+			break
+		}
+		i = end + j
 	}
 	return false
 }
-
-// renamed is an error with another message; errors.Is and errors.As still
-// see the original.
-type renamed struct {
-	err error
-	msg string
-}
-
-func (r *renamed) Error() string { return r.msg }
-func (r *renamed) Unwrap() error { return r.err }
 
 // given reports which flags were set, on the command line or from the
 // environment.

@@ -114,11 +114,12 @@ func TestFlagFromEnvNamed(t *testing.T) {
 		want string
 	}{
 		{"DEDUPFLOW_ON_CONFLICT=upsert", append(pipe, "--sink", "postgres://u@db/x"),
-			`DEDUPFLOW_ON_CONFLICT: unknown on-conflict action "upsert": want nothing or update`},
-		{"DEDUPFLOW_RECEIVER=fast", append(pipe, "--sink", "stdout"), `unknown DEDUPFLOW_RECEIVER "fast"`},
-		{"DEDUPFLOW_SINK=stdout", append(pipe, "--on-conflict", "update"), "--on-conflict applies to --sink postgres only, not DEDUPFLOW_SINK stdout"},
+			`unknown on-conflict action "upsert": want nothing or update (--on-conflict is $DEDUPFLOW_ON_CONFLICT)`},
+		{"DEDUPFLOW_RECEIVER=fast", append(pipe, "--sink", "stdout"), `(--receiver is $DEDUPFLOW_RECEIVER)`},
+		{"DEDUPFLOW_SINK=stdout", append(pipe, "--on-conflict", "update"), "--on-conflict applies to --sink postgres only, not --sink stdout (--sink is $DEDUPFLOW_SINK)"},
 		{"DEDUPFLOW_HORIZON=5minutes", append(pipe, "--sink", "stdout"), `DEDUPFLOW_HORIZON="5minutes"`},
-		{"DEDUPFLOW_COPIES=0", []string{"publish", "--project", "proj", "--topic", "t", "--data", "x"}, "DEDUPFLOW_COPIES 0 must be at least 1"},
+		{"DEDUPFLOW_COPIES=0", []string{"publish", "--project", "proj", "--topic", "t", "--data", "x"}, "(--copies is $DEDUPFLOW_COPIES)"},
+		{"DEDUPFLOW_HORIZON=1s", []string{"up", "--audit-horizon", "1s"}, "(--horizon is $DEDUPFLOW_HORIZON)"},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			name, value, _ := strings.Cut(tc.env, "=")

@@ -125,12 +125,13 @@ const (
 
 // runUp is the tutorial as one command: broker, topics, dedup pipeline
 // and web console, until interrupted.
-func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runUp(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
 	var (
 		u  upFlags
 		lf logFlags
 	)
 	fs := newFlags("up", stderr)
+	defer func() { err = envNamed(fs, err) }()
 	u.register(fs)
 	lf.register(fs)
 	fs.Usage = func() {
