@@ -12,7 +12,6 @@ import (
 
 	"github.com/dedupflow/dedupflow/internal/bigquery"
 	"github.com/dedupflow/dedupflow/internal/testenv"
-	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 // TestUpBigQuery: with --bigquery-table the tutorial ends in a table: a
@@ -38,18 +37,10 @@ func TestUpBigQuery(t *testing.T) {
 	}
 	table := project + "." + ds + ".deduped"
 	u := startUp(t, "--bigquery-table", table)
-	c, err := pubsub.NewClient(ctx, upDefaultProj, pubsubio.Insecure(u.brokerAddr)...)
-	if err != nil {
-		t.Fatal(err)
+	m := func() *pubsub.Message {
+		return &pubsub.Message{Data: []byte("order 1"), Attributes: map[string]string{"key": "o-1"}}
 	}
-	defer c.Close()
-	p := c.Publisher(upInputTopic)
-	defer p.Stop()
-	for range 2 {
-		if _, err := p.Publish(ctx, &pubsub.Message{Data: []byte("order 1"), Attributes: map[string]string{"key": "o-1"}}).Get(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	u.publish(t, m(), m())
 	q := "SELECT COUNT(*) FROM `" + table + "` WHERE data = 'order 1' AND subscription_name = 'projects/" + upDefaultProj + "/subscriptions/" + upBigQuerySub + "'"
 	var n int64
 	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/pipeline"
-	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 // TestUpDeadLetters: a message the pipeline cannot use goes aside with the
@@ -23,22 +22,11 @@ func TestUpDeadLetters(t *testing.T) {
 	u := startUp(t, "--timestamp-attribute", "ts")
 	cmd := waitFor(t, "dead-letter command", u.stdout, u.stderr,
 		regexp.MustCompile(`cannot use go to \S+, with the reason:\n\s+dedupflow (subscribe [^\n]+)`), nil)
-	ctx := context.Background()
-	c, err := pubsub.NewClient(ctx, upDefaultProj, pubsubio.Insecure(u.brokerAddr)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	p := c.Publisher(upInputTopic)
-	defer p.Stop()
-	id, err := p.Publish(ctx, &pubsub.Message{Data: []byte("order 1"), Attributes: map[string]string{"key": "o-1", "ts": "yesterday"}}).Get(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := u.publish(t, &pubsub.Message{Data: []byte("order 1"), Attributes: map[string]string{"key": "o-1", "ts": "yesterday"}})[0]
 
 	t.Setenv("PUBSUB_EMULATOR_HOST", u.brokerAddr)
 	var out, errs testenv.Buffer
-	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := run(sctx, append(strings.Fields(cmd), "--count", "1", "--json"), &out, &errs); err != nil {
 		t.Fatalf("%s: %v\n%s", cmd, err, errs.String())

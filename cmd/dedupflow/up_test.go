@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/pubsub/v2"
+
 	"github.com/dedupflow/dedupflow/internal/testenv"
+	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 var (
@@ -68,6 +71,29 @@ func startUp(t *testing.T, args ...string) *upInProcess {
 	u.consoleURL = waitFor(t, "console URL", u.stdout, u.stderr, reConsoleURL, exited)
 	u.brokerAddr = waitFor(t, "PUBSUB_EMULATOR_HOST line", u.stdout, u.stderr, reEmulator, exited)
 	return u
+}
+
+// publish publishes ms to up's input topic, as the tutorial's producer
+// does, and returns their message IDs.
+func (u *upInProcess) publish(t *testing.T, ms ...*pubsub.Message) []string {
+	t.Helper()
+	ctx := context.Background()
+	c, err := pubsub.NewClient(ctx, upDefaultProj, pubsubio.Insecure(u.brokerAddr)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := c.Publisher(upInputTopic)
+	defer p.Stop()
+	var ids []string
+	for _, m := range ms {
+		id, err := p.Publish(ctx, m).Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // TestUpPortInUse: a taken port is a clear error naming the flag, the only
