@@ -613,3 +613,33 @@ func (m *muted) SendMsg(v any) error {
 		return m.ServerStream.SendMsg(v)
 	}
 }
+
+// TestStopWhileServerDown: a receiver stopped while its server is down
+// returns, rather than retrying to open a stream for ever.
+func TestStopWhileServerDown(t *testing.T) {
+	b, err := broker.New(broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := b.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, addr)
+	r := e.receiver(Options{Streams: 2})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Receive(ctx, func(context.Context, []*pubsub.Message, []Result) {}) }()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Receive returned %v after its context ended; want nil", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Receive did not return within 30 s of its context's end while the server was down")
+	}
+}

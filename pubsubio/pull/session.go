@@ -60,7 +60,14 @@ func (r *Receiver) session(ctx context.Context, h Handler) (got bool, err error)
 	// hand is acked down it.
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	// Until the stream is open, ctx's end ends the attempt too: the client
+	// retries the opening for as long as its context lives, for ever while
+	// the server is down.
+	opening := context.AfterFunc(ctx, cancel)
 	spc, err := r.sac.StreamingPull(sctx)
+	if !opening() {
+		return false, context.Cause(ctx) // nothing is in hand yet
+	}
 	if err != nil {
 		return false, err
 	}
