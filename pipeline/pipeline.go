@@ -226,7 +226,9 @@ type Receiver interface {
 // fix, which it returns. In-flight messages are finished (their writes are
 // bounded by WriteTimeout) or nacked before it returns. With an audit
 // file, the audit filter is loaded first and saved for the last
-// time after the last message.
+// time after the last message. The official client's Subscriber does not
+// return while its server is unreachable: give it wrapped in
+// pubsubio.StopWithin, or use RunBatch, which stops either way.
 func (p *Pipeline) Run(ctx context.Context, in Receiver) error {
 	ctx, stop := p.start(ctx)
 	defer stop()
