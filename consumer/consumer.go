@@ -41,7 +41,9 @@ import (
 
 // HandlerFunc handles one message. Its return value decides the message's
 // fate: nil commits the key and acks; an error releases the key and nacks,
-// so Pub/Sub delivers it again and the handler runs again.
+// so Pub/Sub delivers it again and the handler runs again. An error that
+// wraps ErrPermanent goes to OnReject instead, and one that wraps
+// dedup.ErrFatal (a sink's ErrClosed is one) stops Receive with it.
 //
 // m is a copy of the delivered message whose Ack and Nack do nothing: the
 // wrapper acks or nacks after it knows the outcome, and a stray m.Ack() in a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/consumer"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/sink/postgres"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -106,6 +107,29 @@ func TestPermanentHandlerError(t *testing.T) {
 	}
 	if c := d.Counts(); c.Retried != 0 || c.Emitted != 0 {
 		t.Errorf("counts %+v: want only the dead letter", c)
+	}
+}
+
+// A sink closed while the consumer still runs can never take a write
+// again: Receive stops with its error, instead of nacking every message
+// for ever.
+func TestClosedSinkStopsReceive(t *testing.T) {
+	e := newEnv(t, "pstest")
+	d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}},
+		func(context.Context, *pubsub.Message) error { return fmt.Errorf("write: %w", postgres.ErrClosed) })
+	done := make(chan error, 1)
+	go func() { done <- d.Receive(context.Background(), e.c.Subscriber(e.sub)) }()
+	id := e.publish("x", "k")
+	select {
+	case err := <-done:
+		if !errors.Is(err, postgres.ErrClosed) {
+			t.Fatalf("Receive returned %v, want the closed sink's error", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Receive still running 20 s after the sink was closed; counts %+v", d.Counts())
+	}
+	if m := e.srv.Message(id); m.Acks != 0 {
+		t.Error("the message was acked")
 	}
 }
 

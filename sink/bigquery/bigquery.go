@@ -85,7 +85,9 @@ type Options struct {
 const DefaultBatchTimeout = writes.DefaultTimeout
 
 // ErrClosed is returned by Write after Close.
-var ErrClosed = errors.New("bigquery sink closed")
+// It is dedup.ErrFatal: a consumer or pipeline still running stops with it,
+// rather than redelivering every message for ever.
+var ErrClosed = fmt.Errorf("bigquery sink closed: %w", dedup.ErrFatal)
 
 // maxUnsure bounds the keys remembered as maybe written, so a long outage
 // cannot grow the set without end; past it a failed key is not looked up

@@ -1,18 +1,20 @@
 package bigtable
 
 import (
-	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/dedupflow/dedupflow/dedup"
 	"github.com/dedupflow/dedupflow/sink"
 	"github.com/dedupflow/dedupflow/sink/internal/rpcerr"
 )
 
 // ErrClosed is returned by writes after Close.
-var ErrClosed = errors.New("bigtable sink closed")
+// It is dedup.ErrFatal: a consumer or pipeline still running stops with it,
+// rather than redelivering every message for ever.
+var ErrClosed = fmt.Errorf("bigtable sink closed: %w", dedup.ErrFatal)
 
 // ErrUnavailable marks errors of a service that is down, overloaded or
 // unreachable: the pipeline backs off and retries. It matches

@@ -11,7 +11,9 @@ import (
 )
 
 // ErrClosed is returned by Write after Close.
-var ErrClosed = errors.New("postgres sink closed")
+// It is dedup.ErrFatal: a consumer or pipeline still running stops with it,
+// rather than redelivering every message for ever.
+var ErrClosed = fmt.Errorf("postgres sink closed: %w", dedup.ErrFatal)
 
 // ErrUnavailable marks errors of a server that is down, restarting,
 // overloaded or unreachable. It also matches dedup.ErrUnavailable, so

@@ -74,7 +74,7 @@ package disk
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -91,7 +91,9 @@ import (
 const MaxHorizon = 366 * 24 * time.Hour
 
 // ErrClosed is returned by calls on a closed store.
-var ErrClosed = errors.New("disk store closed")
+// It is dedup.ErrFatal: a consumer or pipeline still running stops with it,
+// rather than redelivering every message for ever.
+var ErrClosed = fmt.Errorf("disk store closed: %w", dedup.ErrFatal)
 
 // Options configure a Store.
 type Options struct {

@@ -52,7 +52,6 @@ package redis
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -74,7 +73,9 @@ const MaxHorizon = 366 * 24 * time.Hour
 const DefaultPrefix = "dedupflow:"
 
 // ErrClosed is returned by calls on a closed store.
-var ErrClosed = errors.New("redis store closed")
+// It is dedup.ErrFatal: a consumer or pipeline still running stops with it,
+// rather than redelivering every message for ever.
+var ErrClosed = fmt.Errorf("redis store closed: %w", dedup.ErrFatal)
 
 // Options configure a Store.
 type Options struct {
