@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/dedupflow/dedupflow/consumer"
 	"github.com/dedupflow/dedupflow/dedup"
+	"github.com/dedupflow/dedupflow/internal/testenv"
 	"github.com/dedupflow/dedupflow/store/mem"
 )
 
@@ -249,5 +251,36 @@ func TestMetrics(t *testing.T) {
 	}
 	if _, err := consumer.New(mem.New(), consumer.Options{Registerer: reg}, nop); err == nil || !strings.Contains(err.Error(), "register metrics") {
 		t.Errorf("a second Dedup on the same registry: %v, want a registration error", err)
+	}
+}
+
+// Messages without the id attribute are warned of, once a minute: a
+// publisher that does not stamp it (or a misspelt attribute) silently turns
+// republish dedup off otherwise.
+func TestMissingIDWarned(t *testing.T) {
+	e := newEnv(t, "pstest")
+	var log testenv.Buffer
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"},
+		Logger: slog.New(slog.NewTextHandler(&log, nil)), Now: clock},
+		func(context.Context, *pubsub.Message) error { return nil })
+	e.receive(nil, d.Handle)
+	warnings := func() int { return strings.Count(log.String(), "do the publishers stamp it?") }
+	for range 3 {
+		e.publish("x", "")
+	}
+	eventually(t, "three handled", func() bool { return d.Counts().Emitted == 3 })
+	if n := warnings(); n != 1 || !strings.Contains(log.String(), "without the id attribute event_id are deduped on their message ID only, so a republished copy passes") {
+		t.Fatalf("%d warnings for 3 keyless messages in a minute, want 1 naming the attribute and the cost:\n%s", n, log.String())
+	}
+	mu.Lock()
+	now = now.Add(61 * time.Second)
+	mu.Unlock()
+	e.publish("x", "")
+	eventually(t, "four handled", func() bool { return d.Counts().Emitted == 4 })
+	if n := warnings(); n != 2 {
+		t.Errorf("%d warnings after a minute more, want 2:\n%s", n, log.String())
 	}
 }

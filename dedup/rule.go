@@ -15,7 +15,8 @@ import (
 type Missing uint8
 
 const (
-	// Fallback dedups on the service-assigned message ID, as Beam does.
+	// Fallback dedups on the service-assigned message ID, as Beam does:
+	// the key is MessageIDKey(ID), "message-id:" and the ID.
 	Fallback Missing = iota
 	// Reject sends the message to the dead-letter topic with a reason.
 	Reject

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
@@ -132,6 +133,8 @@ type Gate struct {
 	fatalOnce sync.Once
 	fatal     error
 	done      chan struct{}
+
+	missingWarned atomic.Int64 // when the last keyless message was warned of, g.now in ns
 }
 
 // New validates cfg and returns a Gate.
@@ -255,4 +258,32 @@ func (g *Gate) suspect(it *Item) bool {
 		g.m.lateDelay.Observe(max(it.auditAt.Sub(seen), 0).Seconds())
 	}
 	return ok
+}
+
+// missingEvery spaces the warnings about messages without a key: once a
+// minute tells an operator that publishers do not stamp it (a misspelt
+// attribute, say) without flooding the log.
+const missingEvery = time.Minute
+
+// warnMissing warns, at most once per missingEvery, that messages come
+// without the key the policy names, and what that costs them.
+func (g *Gate) warnMissing(producer string) {
+	now, last := g.now().UnixNano(), g.missingWarned.Load()
+	if last != 0 && now-last < int64(missingEvery) || !g.missingWarned.CompareAndSwap(last, now) {
+		return
+	}
+	p := g.cfg.Policy
+	what := "without the id attribute " + p.IDAttribute
+	switch p.From {
+	case dedup.KeyFromJSON:
+		what = "without a key at JSON path " + p.Path
+	case dedup.KeyFromHash:
+		what = "with an empty payload (no hash to key on)"
+	}
+	cost := "deduped on their message ID only, so a republished copy passes"
+	if p.Missing == dedup.Pass {
+		cost = "passed without dedup"
+	}
+	g.log.Warn("messages "+what+" are "+cost+"; do the publishers stamp it?",
+		"missing_id", p.Missing.String(), "producer", producer, "missing_id_total", g.m.Snapshot().MissingID)
 }

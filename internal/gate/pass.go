@@ -162,6 +162,9 @@ func (r *run) key() (pending []int) {
 			r.aside = append(r.aside, aside{at: i, reason: err})
 			continue
 		}
+		if missing {
+			g.warnMissing(in.Attributes[g.cfg.ProducerAttribute])
+		}
 		if it.Source = src; src == dedup.SourceNone {
 			r.jobs = append(r.jobs, job{at: i, it: it, ok: outcome.Emitted})
 			continue
