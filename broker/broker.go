@@ -202,8 +202,8 @@ func ServerOptions() []grpc.ServerOption {
 // ErrAddrInUse is returned by Listen when the address is taken.
 var ErrAddrInUse = errors.New("address already in use")
 
-// Listen starts a gRPC server for the broker on addr ("127.0.0.1:0" picks a
-// free port) and returns the address it listens on. The server stops with
+// Listen serves the broker's gRPC and REST APIs on addr ("127.0.0.1:0"
+// picks a free port) and returns the address it listens on. The server stops with
 // Close or Shutdown.
 func (b *Broker) Listen(addr string) (string, error) {
 	lis, err := net.Listen("tcp", addr)

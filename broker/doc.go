@@ -99,8 +99,9 @@
 // deleted with their resource, but not enforced: the broker knows no
 // caller's identity.
 //
-// Not supported: BigQuery/Cloud Storage subscriptions, ingestion sources;
-// those calls answer Unimplemented.
+// Not supported: ingestion sources; those calls answer Unimplemented.
+// BigQuery and Cloud Storage subscriptions write to the emulators that
+// Options.Exports names (export.go).
 //
 // # Push
 //

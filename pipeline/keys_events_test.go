@@ -43,7 +43,7 @@ func TestKeyFromJSONBody(t *testing.T) {
 		t.Fatalf("counts %+v; want 2 emitted, 1 republish, 1 missing key", c)
 	}
 	out := r.drain(r.outSub, 2, 300*time.Millisecond)
-	if len(out) != 2 || out[0].data != `not json` || out[1].attrs[pipeline.DefaultIDAttribute] != "A-17" {
+	if len(out) != 2 || out[0].data != `not json` || out[1].attrs[pipeline.DefaultOutputIDAttribute] != "A-17" {
 		t.Fatalf("output %+v; want the first order keyed A-17 and the non-JSON message", out)
 	}
 }
@@ -64,7 +64,7 @@ func TestKeyFromHash(t *testing.T) {
 	}
 	sum := sha256.Sum256([]byte("same body"))
 	out := r.drain(r.outSub, 2, 300*time.Millisecond)
-	if len(out) != 2 || out[1].data != "same body" || out[1].attrs[pipeline.DefaultIDAttribute] != hex.EncodeToString(sum[:]) {
+	if len(out) != 2 || out[1].data != "same body" || out[1].attrs[pipeline.DefaultOutputIDAttribute] != hex.EncodeToString(sum[:]) {
 		t.Fatalf("output %+v; want the first copy keyed by its SHA-256", out)
 	}
 }

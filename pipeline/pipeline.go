@@ -36,7 +36,9 @@ import (
 )
 
 const (
-	DefaultIDAttribute = "dedupflow_id"
+	// DefaultOutputIDAttribute is the output id attribute when the policy
+	// names no id attribute (publisher.DefaultIDAttribute is the input's).
+	DefaultOutputIDAttribute = "dedupflow_id"
 	// AttrLateDuplicate marks an output whose key the audit filter saw
 	// beyond the exact horizon; its value is LateDuplicateProbable (the
 	// filter is approximate, so never "certain").
@@ -71,7 +73,7 @@ type Config struct {
 }
 
 // Validate checks the configuration and fills its defaults: the policy's,
-// the output id attribute (the id attribute, else DefaultIDAttribute), the
+// the output id attribute (the id attribute, else DefaultOutputIDAttribute), the
 // write timeout (half the lease) and how often the audit is saved.
 func (c *Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
@@ -80,7 +82,7 @@ func (c *Config) Validate() error {
 	if c.OutputIDAttribute == "" {
 		c.OutputIDAttribute = c.IDAttribute
 		if c.OutputIDAttribute == "" {
-			c.OutputIDAttribute = DefaultIDAttribute
+			c.OutputIDAttribute = DefaultOutputIDAttribute
 		}
 	}
 	if c.WriteTimeout == 0 {

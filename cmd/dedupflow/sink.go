@@ -175,7 +175,7 @@ func (j *jobFlags) checkColumns(s *sinkSpec) error {
 	case s.kind == sinkBigQuery && strings.Contains(s.table, "."):
 		return dottedBigQueryTable(s.url, s.table)
 	}
-	key := cmp.Or(j.key.outIDAttr, j.key.idAttr, pipeline.DefaultIDAttribute)
+	key := cmp.Or(j.key.outIDAttr, j.key.idAttr, pipeline.DefaultOutputIDAttribute)
 	var err error
 	if s.metadata, err = columns.Parse(j.sink.metadata, key); err != nil {
 		return fmt.Errorf("--metadata-columns: %w", err)

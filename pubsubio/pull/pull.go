@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dedupflow/dedupflow/internal/backoff"
+	"github.com/dedupflow/dedupflow/pubsubio"
 )
 
 // Result is what to do with one message of a batch: ack it, or nack it
@@ -143,6 +145,15 @@ type Receiver struct {
 // New returns a Receiver of subscription sub (projects/P/subscriptions/S)
 // through sac, the client's SubscriptionAdminClient.
 func New(sac *apiv1.SubscriptionAdminClient, sub string, opt Options) (*Receiver, error) {
+	if sac == nil {
+		return nil, errors.New("pull: no SubscriptionAdminClient (the client's, as in client.SubscriptionAdminClient)")
+	}
+	if !strings.HasPrefix(sub, "projects/") {
+		return nil, fmt.Errorf("pull: subscription %q: want its full name, projects/P/subscriptions/S", sub)
+	}
+	if _, err := pubsubio.SubscriptionName("", sub); err != nil {
+		return nil, fmt.Errorf("pull: %w", err)
+	}
 	if err := opt.defaults(); err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -641,5 +642,35 @@ func TestStopWhileServerDown(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Receive did not return within 30 s of its context's end while the server was down")
+	}
+}
+
+// TestNewRefuses: New names what is wrong with what it is given, before
+// anything reaches a server.
+func TestNewRefuses(t *testing.T) {
+	c, err := pubsubio.NewClient(context.Background(), "p-pull", pubsubio.Insecure("127.0.0.1:1")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sac := c.SubscriptionAdminClient
+	for _, tc := range []struct {
+		sac  bool
+		sub  string
+		opt  Options
+		want string
+	}{
+		{false, "projects/p/subscriptions/orders", Options{}, "no SubscriptionAdminClient"},
+		{true, "orders-sub", Options{}, `subscription "orders-sub": want its full name, projects/P/subscriptions/S`},
+		{true, "projects/p/topics/orders", Options{}, "malformed subscription name"},
+		{true, "projects/p/subscriptions/orders", Options{AckDeadline: time.Second}, "ack deadline 1s: want 10s to 600s"},
+	} {
+		s := sac
+		if !tc.sac {
+			s = nil
+		}
+		if _, err := New(s, tc.sub, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%v, %q, %+v) = %v, want an error containing %q", tc.sac, tc.sub, tc.opt, err, tc.want)
+		}
 	}
 }

@@ -12,8 +12,9 @@ import (
 	"github.com/dedupflow/dedupflow/store/internal/table"
 )
 
-// MaxHorizon is the longest horizon this store accepts: a horizon longer
-// than months is an idempotency store, which memory is the wrong place for.
+// MaxHorizon is the longest horizon store.Open accepts for this store (New
+// takes any): a horizon longer than months is an idempotency store, which
+// memory is the wrong place for.
 const MaxHorizon = 90 * 24 * time.Hour
 
 const shardBits = 6
