@@ -110,6 +110,26 @@ func TestPermanentHandlerError(t *testing.T) {
 	}
 }
 
+// stopsWith publishes one message for d and checks that its Receive stops
+// with want within 20 s, the message not acked.
+func stopsWith(t *testing.T, e *env, d *consumer.Dedup, want error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- d.Receive(context.Background(), e.c.Subscriber(e.sub)) }()
+	id := e.publish("x", "k")
+	select {
+	case err := <-done:
+		if !errors.Is(err, want) {
+			t.Fatalf("Receive returned %v, want %v", err, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("Receive still running 20 s after %v; counts %+v", want, d.Counts())
+	}
+	if m := e.srv.Message(id); m.Acks != 0 {
+		t.Error("the message was acked")
+	}
+}
+
 // A sink closed while the consumer still runs can never take a write
 // again: Receive stops with its error, instead of nacking every message
 // for ever.
@@ -117,20 +137,7 @@ func TestClosedSinkStopsReceive(t *testing.T) {
 	e := newEnv(t, "pstest")
 	d := mustNew(t, mem.New(), consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}},
 		func(context.Context, *pubsub.Message) error { return fmt.Errorf("write: %w", postgres.ErrClosed) })
-	done := make(chan error, 1)
-	go func() { done <- d.Receive(context.Background(), e.c.Subscriber(e.sub)) }()
-	id := e.publish("x", "k")
-	select {
-	case err := <-done:
-		if !errors.Is(err, postgres.ErrClosed) {
-			t.Fatalf("Receive returned %v, want the closed sink's error", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("Receive still running 20 s after the sink was closed; counts %+v", d.Counts())
-	}
-	if m := e.srv.Message(id); m.Acks != 0 {
-		t.Error("the message was acked")
-	}
+	stopsWith(t, e, d, postgres.ErrClosed)
 }
 
 // refusing is a store whose server refused the credentials.
@@ -148,21 +155,8 @@ func TestFatalStoreErrorStopsReceive(t *testing.T) {
 	handled := false
 	d := mustNew(t, refusing{mem.New()}, consumer.Options{Policy: dedup.Policy{IDAttribute: "event_id"}},
 		func(context.Context, *pubsub.Message) error { handled = true; return nil })
-	done := make(chan error, 1)
-	go func() { done <- d.Receive(context.Background(), e.c.Subscriber(e.sub)) }()
-	id := e.publish("x", "k")
-	select {
-	case err := <-done:
-		if !errors.Is(err, dedup.ErrFatal) {
-			t.Fatalf("Receive returned %v, want the fatal store error", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Receive still running 20 s after a fatal store error")
-	}
+	stopsWith(t, e, d, dedup.ErrFatal)
 	if handled || d.Ready() || d.Err() == nil {
 		t.Errorf("handled %v, ready %v, err %v: want not handled, not ready, the error", handled, d.Ready(), d.Err())
-	}
-	if m := e.srv.Message(id); m.Acks != 0 {
-		t.Error("the message was acked")
 	}
 }
